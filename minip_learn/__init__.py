@@ -1,0 +1,12 @@
+"""minip_learn: the expressivity gap between kernel (linear) and softmax attention.
+
+Layers, from the bottom: :mod:`minip_learn.datasets` (numpy), :mod:`minip_learn.nn`
+(torch modules), :mod:`minip_learn.estimators` (thin skorch/scikit-learn wrappers),
+:mod:`minip_learn.metrics`, :mod:`minip_learn.model_selection`.
+"""
+
+from .estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
+
+__version__ = "0.1.0"
+
+__all__ = ["KernelAttentionRegressor", "SoftmaxAttentionRegressor", "__version__"]

@@ -1,0 +1,150 @@
+"""Input validation shared by every layer that accepts user arrays.
+
+Every check raises a :class:`ValueError` that names the offending argument and what
+was expected, so that bad input never reaches torch as an opaque traceback.
+"""
+
+import numbers
+
+import numpy as np
+
+__all__ = ["check_sequences", "check_targets", "check_binary", "check_int"]
+
+
+def _as_numeric_array(X, name):
+    if X is None:
+        raise ValueError(f"{name} is None; expected an array of token sequences.")
+    try:
+        arr = np.asarray(X)
+    except ValueError as exc:  # ragged nested lists
+        raise ValueError(
+            f"{name} could not be converted to a rectangular array ({exc}); "
+            "every sequence must have the same length and every token the same number of bits."
+        ) from None
+    if hasattr(X, "detach") and hasattr(X, "cpu"):  # torch tensor
+        arr = X.detach().cpu().numpy()
+    if arr.dtype == object:
+        raise ValueError(
+            f"{name} has dtype object: sequences must have equal length and tokens equal "
+            "numbers of bits."
+        )
+    if arr.dtype.kind == "c":
+        raise ValueError(f"{name} is complex; expected real 0/1 tokens.")
+    if arr.dtype.kind not in "biuf":
+        raise ValueError(f"{name} has non-numeric dtype {arr.dtype}; expected 0/1 tokens.")
+    return arr
+
+
+def check_sequences(X, *, name="X", allow_2d=False, binary=False):
+    """Validate a batch of token sequences.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, seq_len, n_bits)
+        Sequences of token vectors. With ``allow_2d=True`` an array of shape
+        ``(n_samples, n_bits)`` is accepted and read as single-token sequences.
+    name : str, default="X"
+        Name used in error messages.
+    allow_2d : bool, default=False
+        Accept 2-D input as sequences of length 1.
+    binary : bool, default=False
+        Require every entry to be 0 or 1.
+
+    Returns
+    -------
+    X3 : ndarray of shape (n_samples, seq_len, n_bits)
+        The validated array (a view when possible).
+    was_2d : bool
+        Whether the input was 2-D.
+
+    Raises
+    ------
+    ValueError
+        On wrong dimensionality, empty input, NaN or infinite values, or (with
+        ``binary=True``) values other than 0 and 1.
+    """
+    arr = _as_numeric_array(X, name)
+    was_2d = False
+    if arr.ndim == 2 and allow_2d:
+        arr = arr[:, None, :]
+        was_2d = True
+    if arr.ndim != 3:
+        expected = "3 (n_samples, seq_len, n_bits)"
+        if allow_2d:
+            expected += " or 2 (n_samples, n_bits)"
+        raise ValueError(
+            f"{name} must have ndim {expected}; got ndim={arr.ndim} with shape {arr.shape}."
+        )
+    n_samples, seq_len, n_bits = arr.shape
+    if n_samples == 0:
+        raise ValueError(f"{name} is empty: it has 0 samples (shape {arr.shape}).")
+    if seq_len == 0:
+        raise ValueError(f"{name} has seq_len=0 (shape {arr.shape}); sequences need >= 1 token.")
+    if n_bits == 0:
+        raise ValueError(f"{name} has n_bits=0 (shape {arr.shape}); tokens need >= 1 bit.")
+    if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+        raise ValueError(f"{name} contains NaN or infinite values.")
+    if binary:
+        check_binary(arr, name=name)
+    return arr, was_2d
+
+
+def check_binary(arr, *, name="X"):
+    """Raise a ValueError unless every entry of ``arr`` is 0 or 1."""
+    if arr.dtype == bool:
+        return
+    bad = (arr != 0) & (arr != 1)
+    if bad.any():
+        example = arr[bad].flat[0]
+        raise ValueError(
+            f"{name} must contain only 0/1 tokens; found {int(bad.sum())} other value(s), "
+            f"e.g. {example!r}."
+        )
+
+
+def check_targets(y, n_samples, seq_len, *, was_2d=False, name="y"):
+    """Validate real-valued targets against the shape of the sequences.
+
+    Returns ``y`` as a float array of shape ``(n_samples, seq_len)``.
+    """
+    arr = _as_numeric_array(y, name)
+    if was_2d:
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr[:, 0]
+        expected = (n_samples,)
+    else:
+        expected = (n_samples, seq_len)
+    if arr.shape != expected:
+        raise ValueError(
+            f"{name} has shape {arr.shape}, which does not match X: expected {expected} "
+            "(one target per token of every sequence)."
+        )
+    if not np.isfinite(arr).all():
+        raise ValueError(f"{name} contains NaN or infinite values.")
+    return arr.reshape(n_samples, seq_len)
+
+
+def check_int(value, name, *, min_value=None, allow_none=False):
+    """Validate an integer hyperparameter (``bool`` is rejected)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer; got {value!r} ({type(value).__name__}).")
+    if min_value is not None and value < min_value:
+        raise ValueError(f"{name} must be >= {min_value}; got {value}.")
+    return int(value)
+
+
+def check_float(value, name, *, min_value=None, strict=False, max_value=None):
+    """Validate a real hyperparameter."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number; got {value!r}.")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite; got {value}.")
+    if min_value is not None and (value <= min_value if strict else value < min_value):
+        op = ">" if strict else ">="
+        raise ValueError(f"{name} must be {op} {min_value}; got {value}.")
+    if max_value is not None and value > max_value:
+        raise ValueError(f"{name} must be <= {max_value}; got {value}.")
+    return value

@@ -1,0 +1,238 @@
+"""Random Min-IP sequences and their exact targets (numpy only)."""
+
+import numbers
+
+import numpy as np
+from sklearn.utils import Bunch, check_random_state
+
+from .._validation import check_float, check_int, check_sequences
+
+__all__ = ["minip_targets", "minip_gaps", "make_minip"]
+
+
+def _overlaps(X):
+    """Pairwise inner products ``<x_i, x_j>`` of shape (n_samples, seq_len, seq_len)."""
+    Xf = X.astype(np.float64, copy=False)
+    return np.rint(np.matmul(Xf, Xf.transpose(0, 2, 1))).astype(np.int64)
+
+
+def minip_targets(X):
+    """Exact Min-IP targets ``t_i = min_j <x_i, x_j>``.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, seq_len, n_bits)
+        Binary (0/1) token sequences.
+
+    Returns
+    -------
+    y : ndarray of shape (n_samples, seq_len), dtype int64
+        ``y[s, i] = min_j <X[s, i], X[s, j]>`` with ``j = i`` included, so that a
+        length-1 sequence gets ``|x_1|``.
+
+    Raises
+    ------
+    ValueError
+        If ``X`` is not 3-D, is empty, or contains values other than 0 and 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.datasets import minip_targets
+    >>> X = np.array([[[1, 1, 0], [0, 1, 1], [1, 0, 1]]])
+    >>> minip_targets(X)
+    array([[1, 1, 1]])
+    >>> minip_targets(np.array([[[1, 0, 1]]]))
+    array([[2]])
+    """
+    X, _ = check_sequences(X, binary=True)
+    return _overlaps(X).min(axis=2)
+
+
+def minip_gaps(X):
+    """Gap between the two best competing candidates at every position.
+
+    For position ``i`` the candidates are the other tokens ``j != i``; the gap is the
+    difference between the second-smallest and the smallest overlap ``<x_i, x_j>``.
+    A gap of at least 2 is the "two competing candidates" situation of the lower-bound
+    argument (THEORY R4).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, seq_len, n_bits)
+        Binary token sequences with ``seq_len >= 3``.
+
+    Returns
+    -------
+    gaps : ndarray of shape (n_samples, seq_len), dtype int64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.datasets import minip_gaps
+    >>> X = np.array([[[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0]]])
+    >>> minip_gaps(X)
+    array([[2, 0, 1]])
+    """
+    X, _ = check_sequences(X, binary=True)
+    if X.shape[1] < 3:
+        raise ValueError(
+            f"minip_gaps needs seq_len >= 3 (two competing candidates); got seq_len={X.shape[1]}."
+        )
+    return _gaps(_overlaps(X))
+
+
+def _gaps(G):
+    n, N, _ = G.shape
+    others = G[:, ~np.eye(N, dtype=bool)].reshape(n, N, N - 1)
+    two = np.sort(others, axis=2)[:, :, :2]
+    return two[:, :, 1] - two[:, :, 0]
+
+
+_DESCR = """\
+Random Min-IP sequences
+-----------------------
+Each sample is a sequence of ``seq_len`` tokens in {{0,1}}^{n_bits}; each bit is 1 with
+probability ``density``. The target at position i is ``min_j <x_i, x_j>`` (j = i
+included). Sampling: {n_samples} sequences, seq_len={seq_len}, n_bits={n_bits},
+density={density}, min_gap={min_gap}, distinct_tokens={distinct_tokens},
+unique={unique}; {n_drawn} candidate sequences were drawn to accept them.
+"""
+
+
+def make_minip(
+    n_samples=100,
+    seq_len=3,
+    n_bits=24,
+    *,
+    density=0.5,
+    min_gap=0,
+    distinct_tokens=False,
+    unique=False,
+    max_draws=None,
+    random_state=None,
+    return_X_y=True,
+):
+    """Generate random Min-IP sequences with exact targets.
+
+    Parameters
+    ----------
+    n_samples : int, default=100
+        Number of sequences.
+    seq_len : int, default=3
+        Tokens per sequence (``N``).
+    n_bits : int, default=24
+        Bits per token (``m``).
+    density : float, default=0.5
+        Probability that a bit is 1.
+    min_gap : int, default=0
+        Keep only sequences in which, at every position, the smallest and
+        second-smallest overlaps with the other tokens differ by at least ``min_gap``
+        (see :func:`minip_gaps`). ``min_gap=2`` asks for the hard "two competing
+        candidates" case of the lower bound. Needs ``seq_len >= 3`` when positive.
+    distinct_tokens : bool, default=False
+        Reject sequences in which a token appears twice.
+    unique : bool, default=False
+        Return no sequence twice.
+    max_draws : int, default=None
+        Maximum number of candidate sequences drawn by rejection sampling
+        (default ``2000 * n_samples + 100000``). A ``ValueError`` is raised if fewer
+        than ``n_samples`` are accepted by then.
+    random_state : int, RandomState instance or None, default=None
+        Determines the random tokens. Pass an int for reproducible output.
+    return_X_y : bool, default=True
+        If True return ``(X, y)``; otherwise a :class:`~sklearn.utils.Bunch`.
+
+    Returns
+    -------
+    X : ndarray of shape (n_samples, seq_len, n_bits), dtype uint8
+        The token sequences.
+    y : ndarray of shape (n_samples, seq_len), dtype int64
+        Exact Min-IP targets.
+    data : :class:`~sklearn.utils.Bunch`
+        Only when ``return_X_y=False``: ``X``, ``y``, ``gaps`` (per-position gaps, or
+        None for ``seq_len < 3``), ``params`` (the generation parameters),
+        ``n_drawn`` and ``DESCR``.
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_minip, minip_gaps
+    >>> X, y = make_minip(5, seq_len=3, n_bits=8, min_gap=2, random_state=0)
+    >>> X.shape, y.shape, X.dtype
+    ((5, 3, 8), (5, 3), dtype('uint8'))
+    >>> bool((minip_gaps(X) >= 2).all())
+    True
+    """
+    n_samples = check_int(n_samples, "n_samples", min_value=1)
+    seq_len = check_int(seq_len, "seq_len", min_value=1)
+    n_bits = check_int(n_bits, "n_bits", min_value=1)
+    density = check_float(density, "density", min_value=0.0, max_value=1.0)
+    min_gap = check_int(min_gap, "min_gap", min_value=0)
+    if min_gap > 0 and seq_len < 3:
+        raise ValueError(
+            f"min_gap={min_gap} needs seq_len >= 3 (two competing candidates); got seq_len={seq_len}."
+        )
+    if min_gap > n_bits:
+        raise ValueError(f"min_gap={min_gap} cannot exceed n_bits={n_bits}.")
+    if distinct_tokens and seq_len > 2**n_bits:
+        raise ValueError(f"distinct_tokens needs seq_len <= 2**n_bits; got seq_len={seq_len}.")
+    if max_draws is None:
+        max_draws = 2000 * n_samples + 100_000
+    max_draws = check_int(max_draws, "max_draws", min_value=1)
+    rng = check_random_state(random_state)
+
+    accepted, n_accepted, n_drawn = [], 0, 0
+    seen = set()
+    batch = max(64, 2 * n_samples)
+    while n_accepted < n_samples and n_drawn < max_draws:
+        size = min(batch, max_draws - n_drawn)
+        X = (rng.random_sample((size, seq_len, n_bits)) < density).astype(np.uint8)
+        n_drawn += size
+        keep = np.ones(size, dtype=bool)
+        if min_gap > 0 or distinct_tokens:
+            G = _overlaps(X)
+            if min_gap > 0:
+                keep &= (_gaps(G) >= min_gap).all(axis=1)
+            if distinct_tokens and seq_len > 1:
+                # two tokens are equal iff <a,b> = |a| = |b|
+                norms = np.diagonal(G, axis1=1, axis2=2)
+                same = (G == norms[:, :, None]) & (G == norms[:, None, :])
+                same[:, np.arange(seq_len), np.arange(seq_len)] = False
+                keep &= ~same.any(axis=(1, 2))
+        X = X[keep]
+        if unique and len(X):
+            rows = []
+            for x in X:
+                key = x.tobytes()
+                if key not in seen:
+                    seen.add(key)
+                    rows.append(x)
+            X = np.stack(rows) if rows else X[:0]
+        accepted.append(X)
+        n_accepted += len(X)
+        if n_accepted and n_accepted < n_samples:
+            rate = n_accepted / n_drawn
+            batch = int(min(max(64, 1.2 * (n_samples - n_accepted) / rate), 1_000_000))
+    if n_accepted < n_samples:
+        raise ValueError(
+            f"Only {n_accepted} of {n_samples} requested sequences met the constraints "
+            f"(min_gap={min_gap}, distinct_tokens={distinct_tokens}, unique={unique}) after "
+            f"{n_drawn} draws; relax them, change density, or raise max_draws."
+        )
+    X = np.concatenate(accepted)[:n_samples]
+    y = _overlaps(X).min(axis=2)
+    if return_X_y:
+        return X, y
+    params = dict(
+        n_samples=n_samples, seq_len=seq_len, n_bits=n_bits, density=density,
+        min_gap=min_gap, distinct_tokens=bool(distinct_tokens), unique=bool(unique),
+        random_state=random_state if isinstance(random_state, numbers.Integral) else None,
+    )
+    return Bunch(
+        X=X,
+        y=y,
+        gaps=_gaps(_overlaps(X)) if seq_len >= 3 else None,
+        params=params,
+        n_drawn=n_drawn,
+        DESCR=_DESCR.format(n_drawn=n_drawn, **params),
+    )

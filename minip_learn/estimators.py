@@ -1,0 +1,433 @@
+"""scikit-learn estimators for single attention heads, trained through skorch.
+
+The estimators are thin: ``__init__`` stores friendly hyperparameters (``rank=``,
+``feature_map=``, ``score_dim=`` ...); ``fit`` validates them and the data, builds a
+:class:`~minip_learn._skorch.MinIPNet` around the torch head of :mod:`minip_learn.nn`,
+and lets skorch train it. The fitted skorch net is ``net_`` (history, ``module_``,
+``save_params``...).
+"""
+
+import numbers
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted
+
+from ._skorch import MinIPNet, StopWhenSolved
+from ._validation import check_binary, check_float, check_int, check_sequences, check_targets
+from .metrics import sequence_exact_match
+from .nn import KernelAttentionHead, SoftmaxAttentionHead, get_feature_map
+
+__all__ = ["KernelAttentionRegressor", "SoftmaxAttentionRegressor"]
+
+_OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def _check_device(device):
+    if not isinstance(device, (str, torch.device)):
+        raise ValueError(f"device must be a string such as 'cpu' or 'cuda:0'; got {device!r}.")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device {device!r} is not a valid torch device string.") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r} was requested but CUDA is not available here.")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {device!r} does not exist: {torch.cuda.device_count()} CUDA device(s)."
+            )
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {device!r} was requested but MPS is not available here.")
+    elif dev.type != "cpu":
+        raise ValueError(f"device {device!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'.")
+    return str(dev)
+
+
+def _check_choice(value, name, choices):
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}; got {value!r}.")
+    return value
+
+
+class _AttentionRegressor(RegressorMixin, BaseEstimator):
+    """Shared fit/predict/score of the attention-head regressors."""
+
+    _module_class = None
+
+    # -- hooks for subclasses -------------------------------------------------------
+    def _module_params(self, X):
+        """Keyword arguments of the torch head (validated); ``X`` is the training data."""
+        raise NotImplementedError
+
+    # -- validation ----------------------------------------------------------------
+    def _validate_training_params(self):
+        return dict(
+            lr=check_float(self.lr, "lr", min_value=0.0, strict=True),
+            max_epochs=check_int(self.max_epochs, "max_epochs", min_value=1),
+            batch_size=check_int(self.batch_size, "batch_size", min_value=1, allow_none=True),
+            weight_decay=check_float(self.weight_decay, "weight_decay", min_value=0.0),
+            optimizer=_OPTIMIZERS[_check_choice(self.optimizer, "optimizer", _OPTIMIZERS)],
+            dtype=_DTYPES[_check_choice(self.dtype, "dtype", _DTYPES)],
+            device=_check_device(self.device),
+        )
+
+    def _validate_X(self, X, *, reset):
+        X3, was_2d = check_sequences(X, allow_2d=True)
+        if reset:
+            self.n_bits_ = X3.shape[2]
+            self.n_features_in_ = X3.shape[2]
+            self.seq_len_ = X3.shape[1]
+        elif X3.shape[2] != self.n_bits_:
+            raise ValueError(
+                f"X has n_bits={X3.shape[2]} per token, but {type(self).__name__} was "
+                f"fitted with n_bits={self.n_bits_}."
+            )
+        return X3, was_2d
+
+    def _to_tensor(self, arr, dtype, device):
+        return torch.as_tensor(np.ascontiguousarray(arr), dtype=dtype, device=device)
+
+    # -- sklearn API ---------------------------------------------------------------
+    def fit(self, X, y):
+        """Fit the head on sequences ``X`` with per-token targets ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+            Token sequences; a 2-D array is read as sequences of one token.
+        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+            Real targets, one per token (e.g. :func:`~minip_learn.datasets.minip_targets`).
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        X3, was_2d = self._validate_X(X, reset=True)
+        y2 = check_targets(y, X3.shape[0], X3.shape[1], was_2d=was_2d)
+        train = self._validate_training_params()
+        module_params = self._module_params(X3)
+        if self.callbacks is not None and not isinstance(self.callbacks, (list, tuple)):
+            raise ValueError(f"callbacks must be a list of skorch callbacks or None; got {self.callbacks!r}.")
+        rng = check_random_state(self.random_state)
+        seed = int(rng.randint(np.iinfo(np.int32).max))
+
+        callbacks = list(self.callbacks or [])
+        if self.stop_when_solved:
+            callbacks.append(("stop_when_solved", StopWhenSolved()))
+        net = MinIPNet(
+            module=self._module_class,
+            criterion=torch.nn.MSELoss,
+            optimizer=train["optimizer"],
+            optimizer__weight_decay=train["weight_decay"],
+            lr=train["lr"],
+            max_epochs=train["max_epochs"],
+            batch_size=-1 if train["batch_size"] is None else train["batch_size"],
+            train_split=None,
+            callbacks=callbacks,
+            verbose=self.verbose,
+            device=train["device"],
+            seed=seed,
+            dtype=train["dtype"],
+            **{f"module__{k}": v for k, v in module_params.items()},
+        )
+        Xt = self._to_tensor(X3, train["dtype"], train["device"])
+        yt = self._to_tensor(y2, train["dtype"], train["device"])
+        cuda = [torch.device(train["device"])] if train["device"].startswith("cuda") else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)
+            net.initialize()
+            net.partial_fit(Xt, yt)
+        self.net_ = net
+        self.n_epochs_ = len(net.history)
+        self.solved_ = bool(net.history[-1, "solved"]) if self.stop_when_solved else None
+        return self
+
+    def predict(self, X):
+        """Real-valued outputs ``p_i`` for every token.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+            Sequences of any length; tokens must have the ``n_bits`` seen in fit.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples, seq_len), or (n_samples,) for 2-D X
+        """
+        check_is_fitted(self, "net_")
+        X3, was_2d = self._validate_X(X, reset=False)
+        self._check_predict_tokens(X3)
+        Xt = self._to_tensor(X3, self.net_.dtype, self.net_.device)
+        with torch.no_grad():
+            self.net_.module_.eval()
+            out = torch.cat([
+                self.net_.infer(xb).detach().cpu() for xb, _ in self.net_.get_iterator(
+                    self.net_.get_dataset(Xt), training=False)
+            ])
+        out = out.to(torch.float64).numpy()
+        return out[:, 0] if was_2d else out
+
+    def _check_predict_tokens(self, X3):
+        """Hook for heads that cannot take some tokens at predict time."""
+
+    def score(self, X, y, sample_weight=None):
+        """Sequence exact-match accuracy: the fraction of sequences with every position
+        within 1/2 of its target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+        sample_weight : None
+            Not supported; must be None.
+
+        Returns
+        -------
+        score : float
+        """
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by the exact-match score.")
+        return sequence_exact_match(y, self.predict(X))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags
+
+
+class KernelAttentionRegressor(_AttentionRegressor):
+    """Normalised nonnegative kernel-attention head (rank ``r``) as a regressor.
+
+    ``p_i = rho_{x_i}(u_i)`` with ``u_i = sum_j alpha(x_i, x_j) v(x_j) / sum_j alpha(x_i, x_j)``
+    and ``alpha(x, z) = <phi_Q(x), phi_K(z)>``, computed through the fixed-size sketch
+    (THEORY §2).
+
+    Parameters
+    ----------
+    rank : int, default=16
+        Number of features ``r``.
+    feature_map : str, default="elu+1"
+        Name of the feature map; see :func:`minip_learn.nn.available_feature_maps`
+        (``elu+1``, ``exp``, ``favor+``, ``relu``, ``softplus``, ``squared_relu``,
+        ``table``). ``table`` learns a free feature vector per distinct token of the
+        training set and rejects unseen tokens at predict.
+    value_dim : int, default=None
+        Dimension of the value map; ``None`` means ``n_bits``.
+    feature_width : int, default=64
+        Hidden width of the feature encoder MLP.
+    feature_depth : int, default=0
+        Hidden layers of the feature encoder (0: a learnable linear projection).
+    shared_features : bool, default=False
+        Use the same map for queries and keys.
+    feature_kwargs : dict, default=None
+        Extra options of the feature map (``floor`` for ``relu``, ``proj_dim`` for
+        ``favor+`` ...).
+    lr : float, default=0.01
+        Learning rate.
+    max_epochs : int, default=2000
+        Maximum number of passes over the training set.
+    batch_size : int, default=None
+        Mini-batch size; ``None`` trains full-batch.
+    optimizer : {"adam", "adamw", "sgd"}, default="adam"
+    weight_decay : float, default=0.0
+    stop_when_solved : bool, default=True
+        Stop as soon as every training position is within 1/2 of its target.
+    callbacks : list of skorch callbacks, default=None
+        Extra skorch callbacks.
+    dtype : {"float32", "float64"}, default="float32"
+    device : str, default="cpu"
+        Torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...).
+    random_state : int, RandomState instance or None, default=None
+        Seeds initialisation and shuffling; an int makes fits reproducible.
+    verbose : int, default=0
+        skorch verbosity.
+
+    Attributes
+    ----------
+    net_ : skorch.NeuralNet
+        The trained skorch net; ``net_.module_`` is the
+        :class:`~minip_learn.nn.KernelAttentionHead`, ``net_.history`` the log.
+    n_epochs_ : int
+        Epochs run.
+    solved_ : bool or None
+        Whether the training set was solved (None if ``stop_when_solved=False``).
+    n_bits_, seq_len_, n_features_in_ : int
+        Bits per token, training sequence length, and ``n_bits_`` again.
+    vocabulary_ : ndarray of shape (n_tokens, n_bits)
+        Distinct training tokens (``feature_map="table"`` only).
+
+    Examples
+    --------
+    >>> from minip_learn import KernelAttentionRegressor
+    >>> from minip_learn.datasets import make_minip
+    >>> X, y = make_minip(64, seq_len=2, n_bits=6, random_state=0)
+    >>> est = KernelAttentionRegressor(rank=1, random_state=0).fit(X, y)
+    >>> est.score(X, y)
+    1.0
+    """
+
+    _module_class = KernelAttentionHead
+
+    def __init__(
+        self,
+        rank=16,
+        *,
+        feature_map="elu+1",
+        value_dim=None,
+        feature_width=64,
+        feature_depth=0,
+        shared_features=False,
+        feature_kwargs=None,
+        lr=0.01,
+        max_epochs=2000,
+        batch_size=None,
+        optimizer="adam",
+        weight_decay=0.0,
+        stop_when_solved=True,
+        callbacks=None,
+        dtype="float32",
+        device="cpu",
+        random_state=None,
+        verbose=0,
+    ):
+        self.rank = rank
+        self.feature_map = feature_map
+        self.value_dim = value_dim
+        self.feature_width = feature_width
+        self.feature_depth = feature_depth
+        self.shared_features = shared_features
+        self.feature_kwargs = feature_kwargs
+        self.lr = lr
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.optimizer = optimizer
+        self.weight_decay = weight_decay
+        self.stop_when_solved = stop_when_solved
+        self.callbacks = callbacks
+        self.dtype = dtype
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _module_params(self, X):
+        cls = get_feature_map(self.feature_map)
+        if self.feature_kwargs is not None and not isinstance(self.feature_kwargs, dict):
+            raise ValueError(f"feature_kwargs must be a dict or None; got {self.feature_kwargs!r}.")
+        feature_kwargs = dict(self.feature_kwargs or {})
+        if cls.requires_vocabulary:
+            check_binary(X, name="X")
+            self.vocabulary_ = np.unique(X.reshape(-1, X.shape[2]), axis=0).astype(np.uint8)
+            feature_kwargs["vocabulary"] = self.vocabulary_
+        return dict(
+            n_bits=X.shape[2],
+            rank=check_int(self.rank, "rank", min_value=1),
+            feature_map=self.feature_map,
+            value_dim=check_int(self.value_dim, "value_dim", min_value=1, allow_none=True),
+            feature_width=check_int(self.feature_width, "feature_width", min_value=1),
+            feature_depth=check_int(self.feature_depth, "feature_depth", min_value=0),
+            shared_features=bool(self.shared_features),
+            feature_kwargs=feature_kwargs,
+        )
+
+    def _check_predict_tokens(self, X3):
+        vocab = getattr(self, "vocabulary_", None)
+        if vocab is None:
+            return
+        check_binary(X3, name="X")
+        tokens = np.unique(X3.reshape(-1, X3.shape[2]).astype(np.uint8), axis=0)
+        known = {t.tobytes() for t in vocab}
+        unseen = [t for t in tokens if t.tobytes() not in known]
+        if unseen:
+            raise ValueError(
+                f"X contains {len(unseen)} token(s) not seen in fit, e.g. "
+                f"{unseen[0].tolist()}; feature_map='table' is defined only on its "
+                f"vocabulary of {len(vocab)} training tokens."
+            )
+
+
+class SoftmaxAttentionRegressor(_AttentionRegressor):
+    """Dense softmax-attention head as a regressor.
+
+    Scores ``q(x_i)^T k(x_j) / temperature`` with learnable affine ``q, k`` of
+    dimension ``score_dim``, softmax weights, the same value map and query-dependent
+    affine readout as the kernel head (THEORY §2). Cost ``O(N^2)`` per sequence.
+
+    Parameters
+    ----------
+    score_dim : int, default=None
+        Query/key dimension ``d_s``; ``None`` means ``n_bits`` (what THEORY R2 uses).
+    temperature : float, default=1.0
+        Softmax temperature ``tau`` (> 0).
+    value_dim : int, default=None
+        Dimension of the value map; ``None`` means ``n_bits``.
+    lr, max_epochs, batch_size, optimizer, weight_decay, stop_when_solved, callbacks, \
+dtype, device, random_state, verbose
+        As in :class:`KernelAttentionRegressor`.
+
+    Attributes
+    ----------
+    net_ : skorch.NeuralNet
+        The trained skorch net; ``net_.module_`` is the
+        :class:`~minip_learn.nn.SoftmaxAttentionHead`.
+    n_epochs_ : int
+    solved_ : bool or None
+    n_bits_, seq_len_, n_features_in_ : int
+
+    Examples
+    --------
+    >>> from minip_learn import SoftmaxAttentionRegressor
+    >>> from minip_learn.datasets import make_minip
+    >>> X, y = make_minip(200, seq_len=3, n_bits=8, min_gap=2, random_state=0)
+    >>> est = SoftmaxAttentionRegressor(random_state=0).fit(X, y)
+    >>> est.solved_
+    True
+    """
+
+    _module_class = SoftmaxAttentionHead
+
+    def __init__(
+        self,
+        score_dim=None,
+        *,
+        temperature=1.0,
+        value_dim=None,
+        lr=0.01,
+        max_epochs=2000,
+        batch_size=None,
+        optimizer="adam",
+        weight_decay=0.0,
+        stop_when_solved=True,
+        callbacks=None,
+        dtype="float32",
+        device="cpu",
+        random_state=None,
+        verbose=0,
+    ):
+        self.score_dim = score_dim
+        self.temperature = temperature
+        self.value_dim = value_dim
+        self.lr = lr
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.optimizer = optimizer
+        self.weight_decay = weight_decay
+        self.stop_when_solved = stop_when_solved
+        self.callbacks = callbacks
+        self.dtype = dtype
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _module_params(self, X):
+        return dict(
+            n_bits=X.shape[2],
+            score_dim=check_int(self.score_dim, "score_dim", min_value=1, allow_none=True),
+            value_dim=check_int(self.value_dim, "value_dim", min_value=1, allow_none=True),
+            temperature=check_float(self.temperature, "temperature", min_value=0.0, strict=True),
+        )

@@ -1,0 +1,112 @@
+"""Metrics for Min-IP under the "error strictly below 1/2" criterion (THEORY §1).
+
+All metrics take ``y_true`` and ``y_pred`` of shape ``(n_samples, seq_len)`` (1-D arrays
+are read as single-token sequences). A position is *correct* when
+``|y_pred - y_true| < 1/2``, so that rounding recovers the integer target.
+"""
+
+import numpy as np
+from sklearn.metrics import make_scorer
+
+__all__ = [
+    "TOLERANCE",
+    "get_scorers",
+    "max_abs_error",
+    "sequence_exact_match",
+    "solved",
+    "token_accuracy",
+]
+
+#: A prediction is correct when its absolute error is strictly below this.
+TOLERANCE = 0.5
+
+
+def _errors(y_true, y_pred):
+    y_true = np.asarray(y_true, dtype=np.float64)
+    y_pred = np.asarray(y_pred, dtype=np.float64)
+    if y_true.shape != y_pred.shape:
+        raise ValueError(
+            f"y_true and y_pred have different shapes: {y_true.shape} vs {y_pred.shape}."
+        )
+    if y_true.size == 0:
+        raise ValueError("y_true is empty.")
+    if y_true.ndim == 1:
+        y_true, y_pred = y_true[:, None], y_pred[:, None]
+    if y_true.ndim != 2:
+        raise ValueError(f"expected targets of shape (n_samples, seq_len); got {y_true.shape}.")
+    err = np.abs(y_pred - y_true)
+    return np.where(np.isnan(err), np.inf, err)
+
+
+def token_accuracy(y_true, y_pred):
+    """Fraction of positions predicted within 1/2 of their target.
+
+    Examples
+    --------
+    >>> from minip_learn.metrics import token_accuracy
+    >>> token_accuracy([[1, 2], [0, 0]], [[1.2, 2.6], [0.1, -0.3]])
+    0.75
+    """
+    return float((_errors(y_true, y_pred) < TOLERANCE).mean())
+
+
+def sequence_exact_match(y_true, y_pred):
+    """Fraction of sequences with every position within 1/2 of its target.
+
+    Examples
+    --------
+    >>> from minip_learn.metrics import sequence_exact_match
+    >>> sequence_exact_match([[1, 2], [0, 0]], [[1.2, 2.6], [0.1, -0.3]])
+    0.5
+    """
+    return float((_errors(y_true, y_pred) < TOLERANCE).all(axis=1).mean())
+
+
+def max_abs_error(y_true, y_pred):
+    """Largest absolute error over all positions (``inf`` if a prediction is NaN).
+
+    Examples
+    --------
+    >>> from minip_learn.metrics import max_abs_error
+    >>> max_abs_error([[1, 2]], [[1.25, 1.5]])
+    0.5
+    """
+    return float(_errors(y_true, y_pred).max())
+
+
+def solved(y_true, y_pred):
+    """1.0 if every position of every sequence is within 1/2 of its target, else 0.0.
+
+    Averaged over seeds this is the probability of an exact fit, the quantity whose jump
+    over rank is the phase transition.
+
+    Examples
+    --------
+    >>> from minip_learn.metrics import solved
+    >>> solved([[1, 2]], [[1.49, 2.0]]), solved([[1, 2]], [[1.5, 2.0]])
+    (1.0, 0.0)
+    """
+    return float(max_abs_error(y_true, y_pred) < TOLERANCE)
+
+
+def get_scorers():
+    """Scorers for :class:`~sklearn.model_selection.GridSearchCV` (multi-metric).
+
+    Returns
+    -------
+    scorers : dict
+        ``{"exact_match", "token_accuracy", "solved", "max_abs_error"}``; the last one
+        is negated (``greater_is_better=False``), as scikit-learn's error scorers are.
+
+    Examples
+    --------
+    >>> from minip_learn.metrics import get_scorers
+    >>> sorted(get_scorers())
+    ['exact_match', 'max_abs_error', 'solved', 'token_accuracy']
+    """
+    return {
+        "exact_match": make_scorer(sequence_exact_match),
+        "token_accuracy": make_scorer(token_accuracy),
+        "solved": make_scorer(solved),
+        "max_abs_error": make_scorer(max_abs_error, greater_is_better=False),
+    }

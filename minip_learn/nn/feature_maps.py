@@ -1,0 +1,287 @@
+"""Feature maps ``phi: R^m -> R^r`` for kernel attention, selected by name.
+
+Every map is a small :class:`torch.nn.Module` made of an *encoder* (a learnable linear
+projection, or a small MLP, of the token bits) followed by a fixed activation. All maps
+registered with ``nonnegative=True`` produce features ``>= 0`` by construction, so the
+kernel ``alpha(x, z) = <phi_Q(x), phi_K(z)>`` is nonnegative for every pair of tokens:
+the hypothesis of the lower bound (THEORY R4-R5).
+
+Maps of exponential type (``exp``, ``favor+``, ``table``) are *log-domain*: they expose
+``log_features`` and the kernel head exponentiates them after subtracting a shift that
+cancels in the normalisation (one per query token, one per key sequence), so they
+never overflow.
+
+The registry is the single place that maps names to classes: :func:`available_feature_maps`
+lists them and :func:`make_feature_map` builds one.
+"""
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = [
+    "FeatureMap",
+    "available_feature_maps",
+    "get_feature_map",
+    "make_feature_map",
+    "register_feature_map",
+]
+
+_REGISTRY = {}
+
+
+def register_feature_map(name):
+    """Class decorator adding a :class:`FeatureMap` subclass to the registry."""
+
+    def decorator(cls):
+        if name in _REGISTRY:
+            raise ValueError(f"feature map {name!r} is already registered")
+        cls.name = name
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def available_feature_maps(*, nonnegative=None):
+    """Names of the registered feature maps, sorted.
+
+    Parameters
+    ----------
+    nonnegative : bool or None, default=None
+        If given, only maps whose ``nonnegative`` flag equals it.
+    """
+    return sorted(
+        name for name, cls in _REGISTRY.items()
+        if nonnegative is None or cls.nonnegative == nonnegative
+    )
+
+
+def get_feature_map(name):
+    """Return the feature-map class registered under ``name``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is unknown; the message lists the valid names.
+    """
+    if isinstance(name, type) and issubclass(name, FeatureMap):
+        return name
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"Unknown feature_map {name!r}; valid names are {available_feature_maps()}."
+        ) from None
+
+
+def make_feature_map(name, n_bits, rank, **kwargs):
+    """Build the feature map ``name`` from ``n_bits`` inputs to ``rank`` features."""
+    return get_feature_map(name)(n_bits, rank, **kwargs)
+
+
+def _encoder(n_in, n_out, width, depth):
+    if depth == 0:
+        return nn.Linear(n_in, n_out)
+    layers, d = [], n_in
+    for _ in range(depth):
+        layers += [nn.Linear(d, width), nn.GELU()]
+        d = width
+    layers.append(nn.Linear(d, n_out))
+    return nn.Sequential(*layers)
+
+
+class FeatureMap(nn.Module):
+    """Base class: ``phi(x) = activation(encoder(x))`` with ``rank`` outputs.
+
+    Parameters
+    ----------
+    n_bits : int
+        Input dimension (bits per token).
+    rank : int
+        Number of features ``r``; ``forward`` returns tensors whose last dimension is
+        exactly ``rank``.
+    width : int, default=64
+        Hidden width of the encoder MLP (unused when ``depth=0``).
+    depth : int, default=0
+        Hidden layers of the encoder; 0 means a single learnable linear projection.
+    """
+
+    name = None
+    #: features are >= 0 for every input (the kernel is nonnegative)
+    nonnegative = True
+    #: the map defines ``log_features`` and ``forward = exp(log_features)``
+    log_domain = False
+    #: the map needs the finite token set seen in fit (``vocabulary=`` argument)
+    requires_vocabulary = False
+
+    def __init__(self, n_bits, rank, *, width=64, depth=0):
+        super().__init__()
+        self.n_bits = n_bits
+        self.rank = rank
+        self.encoder = _encoder(n_bits, self.pre_dim, width, depth)
+
+    @property
+    def pre_dim(self):
+        """Output dimension of the encoder."""
+        return self.rank
+
+    def activation(self, z):
+        raise NotImplementedError
+
+    def forward(self, x):
+        if self.log_domain:
+            return torch.exp(self.log_features(x))
+        return self.activation(self.encoder(x))
+
+    def log_features(self, x):
+        """Logarithm of the features (log-domain maps only)."""
+        if not self.log_domain:
+            raise NotImplementedError(f"{type(self).__name__} is not a log-domain map")
+        return self.encoder(x)
+
+    def extra_repr(self):
+        return f"name={self.name!r}, n_bits={self.n_bits}, rank={self.rank}"
+
+
+@register_feature_map("elu+1")
+class EluPlusOne(FeatureMap):
+    """``elu(z) + 1`` (Katharopoulos et al., 2020): positive everywhere."""
+
+    def activation(self, z):
+        return nn.functional.elu(z) + 1.0
+
+
+@register_feature_map("relu")
+class ReLUFloor(FeatureMap):
+    """``relu(z) + floor``; the floor keeps every key visible (default ``1e-4``)."""
+
+    def __init__(self, n_bits, rank, *, floor=1e-4, **kwargs):
+        super().__init__(n_bits, rank, **kwargs)
+        self.floor = float(floor)
+
+    def activation(self, z):
+        return torch.relu(z) + self.floor
+
+
+@register_feature_map("softplus")
+class Softplus(FeatureMap):
+    """``softplus(z) = log(1 + e^z)``."""
+
+    def activation(self, z):
+        return nn.functional.softplus(z)
+
+
+@register_feature_map("squared_relu")
+class SquaredReLU(FeatureMap):
+    """``relu(z)^2 + floor`` (default floor ``1e-4``)."""
+
+    def __init__(self, n_bits, rank, *, floor=1e-4, **kwargs):
+        super().__init__(n_bits, rank, **kwargs)
+        self.floor = float(floor)
+
+    def activation(self, z):
+        return torch.relu(z).square() + self.floor
+
+
+@register_feature_map("exp")
+class Exp(FeatureMap):
+    """``exp(z)``: log-domain, computed with a shift that cancels in the normalisation."""
+
+    log_domain = True
+
+
+@register_feature_map("favor+")
+class PositiveRandomFeatures(FeatureMap):
+    """Positive random features of FAVOR+ (Choromanski et al., 2021).
+
+    The token is first projected to ``proj_dim`` dimensions, ``h = encoder(x)``; then
+    ``phi(h)_k = exp(w_k^T h - |h|^2 / 2) / sqrt(rank)`` with fixed Gaussian directions
+    ``w_k`` (orthogonal blocks when ``orthogonal=True``), an unbiased estimator of the
+    softmax kernel ``exp(<h, h'>)``.
+    """
+
+    log_domain = True
+
+    def __init__(self, n_bits, rank, *, proj_dim=None, orthogonal=True, **kwargs):
+        self.proj_dim = n_bits if proj_dim is None else int(proj_dim)
+        super().__init__(n_bits, rank, **kwargs)
+        W = torch.randn(rank, self.proj_dim)
+        if orthogonal:
+            blocks = []
+            for start in range(0, rank, self.proj_dim):
+                rows = min(self.proj_dim, rank - start)
+                q, _ = torch.linalg.qr(torch.randn(self.proj_dim, self.proj_dim))
+                norms = torch.randn(rows, self.proj_dim).norm(dim=1, keepdim=True)
+                blocks.append(q[:rows] * norms)
+            W = torch.cat(blocks)
+        self.register_buffer("directions", W)
+
+    @property
+    def pre_dim(self):
+        return self.proj_dim
+
+    def log_features(self, x):
+        h = self.encoder(x)
+        return (
+            h @ self.directions.T
+            - 0.5 * h.square().sum(-1, keepdim=True)
+            - 0.5 * math.log(self.rank)
+        )
+
+
+@register_feature_map("table")
+class TokenTable(FeatureMap):
+    """A free feature vector per distinct token: the arbitrary map of the theorem.
+
+    The table is indexed by the finite token set seen in fit (``vocabulary``); features
+    are stored as logarithms so that they are positive, and an entry of ``-inf`` (or
+    below about ``-745``) gives an exact zero. Looking up a token that is not in the
+    vocabulary raises a ``ValueError``.
+
+    Parameters
+    ----------
+    vocabulary : array-like of shape (n_tokens, n_bits)
+        The distinct tokens.
+    init_scale : float, default=0.1
+        Standard deviation of the initial log-features.
+    """
+
+    log_domain = True
+    requires_vocabulary = True
+
+    def __init__(self, n_bits, rank, *, vocabulary, init_scale=0.1, width=None, depth=None):
+        nn.Module.__init__(self)
+        self.n_bits = n_bits
+        self.rank = rank
+        vocab = torch.as_tensor(vocabulary, dtype=torch.float32)
+        if vocab.ndim != 2 or vocab.shape[1] != n_bits or len(vocab) == 0:
+            raise ValueError(
+                f"vocabulary must have shape (n_tokens>=1, {n_bits}); got {tuple(vocab.shape)}"
+            )
+        self.register_buffer("vocabulary", vocab)
+        self.log_table = nn.Parameter(init_scale * torch.randn(len(vocab), rank))
+
+    def token_index(self, x):
+        """Index of each token of ``x`` in the vocabulary (exact match)."""
+        vocab = self.vocabulary.to(x.dtype)
+        # squared distance, exact for 0/1 tokens
+        d = (
+            x.square().sum(-1, keepdim=True)
+            - 2 * x @ vocab.T
+            + vocab.square().sum(-1)
+        )
+        dist, idx = d.min(-1)
+        if (dist.abs() > 1e-3).any():
+            raise ValueError(
+                "feature_map='table' got token(s) not seen in fit; a table map is defined "
+                "only on its vocabulary of training tokens."
+            )
+        return idx
+
+    def log_features(self, x):
+        return self.log_table[self.token_index(x)]
+
+    def extra_repr(self):
+        return f"name='table', n_tokens={len(self.vocabulary)}, rank={self.rank}"

@@ -1,0 +1,209 @@
+"""Single attention heads for Min-IP (THEORY §2), as plain torch modules.
+
+Both heads share a value map ``v(x)`` and a query-dependent affine readout
+``rho_x(u) = <w(x), u> + b(x)`` and map a batch of sequences of shape
+``(batch, seq_len, n_bits)`` to real outputs of shape ``(batch, seq_len)``.
+
+* :class:`KernelAttentionHead` computes normalised kernel attention through the
+  fixed-size sketch ``S = sum_j phi_K(x_j) v(x_j)^T``, ``s = sum_j phi_K(x_j)``:
+  ``u_i = phi_Q(x_i)^T S / phi_Q(x_i)^T s``. Cost ``O(N r d)``.
+* :class:`SoftmaxAttentionHead` computes dense softmax attention with scores
+  ``q(x_i)^T k(x_j) / temperature``. Cost ``O(N^2 d_s)``.
+
+No scikit-learn in this layer.
+"""
+
+import torch
+from torch import nn
+
+from .feature_maps import get_feature_map
+
+__all__ = ["AffineReadout", "KernelAttentionHead", "SoftmaxAttentionHead", "ValueMap"]
+
+
+class ValueMap(nn.Module):
+    """Affine value map ``v(x) = V x + c`` from ``n_bits`` to ``value_dim``."""
+
+    def __init__(self, n_bits, value_dim):
+        super().__init__()
+        self.linear = nn.Linear(n_bits, value_dim)
+
+    def forward(self, x):
+        return self.linear(x)
+
+
+class AffineReadout(nn.Module):
+    """Query-dependent affine readout ``rho_x(u) = <w(x), u> + b(x)``.
+
+    ``w(x) = W x + w_0`` and ``b(x) = <c, x> + b_0`` are affine in the query token,
+    which is enough for the exact constructions of THEORY R1-R3 (e.g.
+    ``rho_x(u) = 2<x, u> - |x|``).
+    """
+
+    def __init__(self, n_bits, value_dim):
+        super().__init__()
+        self.weight = nn.Linear(n_bits, value_dim)
+        self.bias = nn.Linear(n_bits, 1)
+
+    def forward(self, x, u):
+        return (self.weight(x) * u).sum(-1) + self.bias(x).squeeze(-1)
+
+
+class _Head(nn.Module):
+    def __init__(self, n_bits, value_dim):
+        super().__init__()
+        self.n_bits = n_bits
+        self.value_dim = n_bits if value_dim is None else value_dim
+        self.value = ValueMap(n_bits, self.value_dim)
+        self.readout = AffineReadout(n_bits, self.value_dim)
+
+    def forward(self, x):
+        u = self.attention_weights(x) @ self.value(x)
+        return self.readout(x, u)
+
+
+class KernelAttentionHead(_Head):
+    """Normalised kernel attention of rank ``r`` computed through its sketch.
+
+    Parameters
+    ----------
+    n_bits : int
+        Bits per token ``m``.
+    rank : int
+        Number of features ``r``.
+    feature_map : str or FeatureMap subclass, default="elu+1"
+        Name in the feature-map registry (see
+        :func:`~minip_learn.nn.available_feature_maps`).
+    value_dim : int, default=None
+        Dimension ``d`` of the value map; ``None`` means ``n_bits`` (the constructions
+        need ``d >= m``).
+    feature_width, feature_depth : int
+        Encoder MLP width and number of hidden layers (0 = linear projection).
+    shared_features : bool, default=False
+        Use one map for queries and keys (``phi_Q = phi_K``).
+    feature_kwargs : dict, default=None
+        Extra keyword arguments of the feature-map class (``floor``, ``proj_dim``,
+        ``vocabulary`` for ``table`` ...).
+    """
+
+    def __init__(
+        self,
+        n_bits,
+        rank,
+        *,
+        feature_map="elu+1",
+        value_dim=None,
+        feature_width=64,
+        feature_depth=0,
+        shared_features=False,
+        feature_kwargs=None,
+    ):
+        super().__init__(n_bits, value_dim)
+        cls = get_feature_map(feature_map)
+        kwargs = dict(feature_kwargs or {})
+        if not cls.requires_vocabulary:
+            kwargs.setdefault("width", feature_width)
+            kwargs.setdefault("depth", feature_depth)
+        self.rank = rank
+        self.query_features = cls(n_bits, rank, **kwargs)
+        self.key_features = (
+            self.query_features if shared_features else cls(n_bits, rank, **kwargs)
+        )
+
+    @property
+    def nonnegative(self):
+        """Whether the kernel is nonnegative by construction."""
+        return self.query_features.nonnegative and self.key_features.nonnegative
+
+    def features(self, x):
+        """Query and key features ``(phi_Q, phi_K)``, each of shape (..., seq_len, rank).
+
+        Log-domain maps are shifted before exponentiation: by the max over features per
+        query token and by the max over the whole sequence for keys. Both shifts
+        multiply every kernel value of a query row by the same constant and so leave
+        the normalised attention unchanged, while keeping every feature <= 1.
+        """
+        if self.query_features.log_domain:
+            lq = self.query_features.log_features(x)
+            phi_q = torch.exp(lq - lq.amax(-1, keepdim=True).detach())
+        else:
+            phi_q = self.query_features(x)
+        if self.key_features.log_domain:
+            lk = self.key_features.log_features(x)
+            shift = lk.amax(dim=(-2, -1), keepdim=True).detach()
+            phi_k = torch.exp(lk - shift)
+        else:
+            phi_k = self.key_features(x)
+        return phi_q, phi_k
+
+    def sketch(self, phi_k, v):
+        """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v(x_j)^T`` (r x d), ``s = sum_j phi_K(x_j)``."""
+        return phi_k.transpose(-2, -1) @ v, phi_k.sum(-2)
+
+    @staticmethod
+    def _floor(den):
+        # phi >= 0 so den >= 0; den == 0 only when a query sees no key at all.  The
+        # floor (the dtype's smallest normal number) then returns u = 0 instead of NaN.
+        return den.clamp_min(torch.finfo(den.dtype).tiny)
+
+    def forward(self, x):
+        phi_q, phi_k = self.features(x)
+        v = self.value(x)
+        S, s = self.sketch(phi_k, v)
+        num = phi_q @ S
+        den = (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
+        return self.readout(x, num / self._floor(den))
+
+    def attention_weights(self, x):
+        """Explicit ``(..., N, N)`` normalised kernel matrix (quadratic; for checks and plots)."""
+        phi_q, phi_k = self.features(x)
+        a = phi_q @ phi_k.transpose(-2, -1)
+        return a / self._floor(a.sum(-1, keepdim=True))
+
+    def kernel(self, queries, keys):
+        """Kernel matrix ``alpha(q_a, k_b)`` between two token sets, up to a positive
+        scale per query row (which the normalisation ignores).
+
+        Parameters
+        ----------
+        queries : Tensor of shape (n_q, n_bits)
+        keys : Tensor of shape (n_k, n_bits)
+
+        Returns
+        -------
+        Tensor of shape (n_q, n_k)
+        """
+        phi_q, _ = self.features(queries.unsqueeze(0))
+        _, phi_k = self.features(keys.unsqueeze(0))
+        return phi_q[0] @ phi_k[0].T
+
+
+class SoftmaxAttentionHead(_Head):
+    """Dense softmax attention with scores ``q(x_i)^T k(x_j) / temperature``.
+
+    Parameters
+    ----------
+    n_bits : int
+        Bits per token ``m``.
+    score_dim : int, default=None
+        Dimension ``d_s`` of queries and keys; ``None`` means ``n_bits``.
+    value_dim : int, default=None
+        Dimension of the value map; ``None`` means ``n_bits``.
+    temperature : float, default=1.0
+        Softmax temperature ``tau``.
+    """
+
+    def __init__(self, n_bits, *, score_dim=None, value_dim=None, temperature=1.0):
+        super().__init__(n_bits, value_dim)
+        self.score_dim = n_bits if score_dim is None else score_dim
+        self.temperature = float(temperature)
+        self.query = nn.Linear(n_bits, self.score_dim)
+        self.key = nn.Linear(n_bits, self.score_dim)
+
+    def scores(self, x):
+        """Attention logits of shape (..., N, N)."""
+        return self.query(x) @ self.key(x).transpose(-2, -1) / self.temperature
+
+    def attention_weights(self, x):
+        """Softmax attention matrix of shape (..., N, N)."""
+        return torch.softmax(self.scores(x), dim=-1)
