@@ -117,11 +117,25 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         seed = int(rng.randint(np.iinfo(np.int32).max))
 
+        net = self._build_net(train, module_params, seed)
+        Xt = self._to_tensor(X3, train["dtype"], train["device"])
+        yt = self._to_tensor(y2, train["dtype"], train["device"])
+        cuda = [torch.device(train["device"])] if train["device"].startswith("cuda") else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)
+            net.initialize()
+            net.partial_fit(Xt, yt)
+        self.net_ = net
+        self.n_epochs_ = len(net.history)
+        self.solved_ = bool(net.history[-1, "solved"]) if self.stop_when_solved else None
+        return self
+
+    def _build_net(self, train, module_params, seed, module=None):
         callbacks = list(self.callbacks or [])
         if self.stop_when_solved:
             callbacks.append(("stop_when_solved", StopWhenSolved()))
-        net = MinIPNet(
-            module=self._module_class,
+        return MinIPNet(
+            module=self._module_class if module is None else module,
             criterion=torch.nn.MSELoss,
             optimizer=train["optimizer"],
             optimizer__weight_decay=train["weight_decay"],
@@ -136,16 +150,28 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
             dtype=train["dtype"],
             **{f"module__{k}": v for k, v in module_params.items()},
         )
-        Xt = self._to_tensor(X3, train["dtype"], train["device"])
-        yt = self._to_tensor(y2, train["dtype"], train["device"])
-        cuda = [torch.device(train["device"])] if train["device"].startswith("cuda") else []
-        with torch.random.fork_rng(devices=cuda):
-            torch.manual_seed(seed)
-            net.initialize()
-            net.partial_fit(Xt, yt)
+
+    def _set_fitted_module(self, module):
+        """Make this estimator fitted around an existing head with hand-set weights.
+
+        Used by :mod:`minip_learn.theory` for the exact constructions: the returned
+        estimator predicts and scores without ``fit``. The module's ``n_bits`` becomes
+        ``n_bits_``; ``module_params`` are read from the estimator's own hyperparameters
+        only for the net's bookkeeping (the given module is used as is).
+        """
+        train = self._validate_training_params()
+        dtype = next(module.parameters()).dtype
+        train["dtype"] = dtype
+        net = self._build_net(train, {}, seed=0, module=module.to(device=train["device"]))
+        net.initialize()
         self.net_ = net
-        self.n_epochs_ = len(net.history)
-        self.solved_ = bool(net.history[-1, "solved"]) if self.stop_when_solved else None
+        vocab = getattr(getattr(module, "query_features", None), "vocabulary", None)
+        if vocab is not None:
+            self.vocabulary_ = vocab.cpu().numpy().astype(np.uint8)
+        self.n_bits_ = self.n_features_in_ = module.n_bits
+        self.seq_len_ = None
+        self.n_epochs_ = 0
+        self.solved_ = None
         return self
 
     def predict(self, X):
