@@ -4,5 +4,6 @@ This layer depends on numpy and scikit-learn utilities only.
 """
 
 from ._minip import make_minip, minip_gaps, minip_targets
+from ._witness import make_witness_suite
 
-__all__ = ["make_minip", "minip_gaps", "minip_targets"]
+__all__ = ["make_minip", "make_witness_suite", "minip_gaps", "minip_targets"]

@@ -1,0 +1,345 @@
+"""Witness suites: families of Min-IP sequences with a certified minimum kernel rank.
+
+numpy only: the designs and the certificate come from :mod:`minip_learn.theory`'s
+numpy modules (``codes``, ``design``, ``certify``).
+"""
+
+import itertools
+import numbers
+
+import numpy as np
+from sklearn.utils import Bunch, check_random_state
+
+from .._validation import check_int
+from ..theory.bounds import _rank_from_denominators
+from ..theory.certify import _prune, certify
+from ..theory.codes import greedy_constant_weight_code, hadamard_code, hadamard_orders, product_code
+from ..theory.design import LADDER_GAPS, _describe, witness_denominators
+from ._minip import minip_targets
+
+__all__ = ["make_witness_suite"]
+
+CONSTRUCTIONS = ("auto", "hadamard", "hadamard-half", "product", "greedy", "small")
+
+#: certified rank targeted by ``construction="small"`` (the paper's witness suite: r >= 8)
+SMALL_TARGET = 8
+
+_DESCR = """\
+Min-IP witness suite ({construction})
+------------------------------------
+{n_sequences} sequences of length {seq_len} over {n_tokens} distinct {n_bits}-bit tokens.
+Code: {code}; {n_queries} queries x_i with keys k_i = ~x_i (overlap 0) and overlap
+distance d_ij = |x_i| - <x_i, x_j> >= {min_distance} to the other keys. For each query:
+S1 = (x_i, t, ..., t) for t = k_i, every ladder token and every other key, and
+S3 = (x_i, a, b, ..., b) for every ladder step and, for every other key k_j, from the
+ladder token w_(i,t) to k_j (ladder gap: {ladder_gap}; longest ladder {ladder_steps} steps).
+THEORY R4 bounds alpha(x_i, k_j)/alpha(x_i, k_i) by a product of 1/((N-2)(g-1)) along
+each chain, and R5 turns the approximate identity into a rank bound:
+every nonnegative kernel head that solves all sequences has rank >= {certified_min_rank}
+(recomputed from the sequences by minip_learn.theory.certify; the design predicts
+{design_bound}). Rank {constructive_rank} (one feature per token, THEORY R3) solves it.
+"""
+
+
+class _Design:
+    """A code with its designed denominators; prefixes of it are candidate families."""
+
+    def __init__(self, name, code_desc, words, seq_len, ladder_gap):
+        self.name = name
+        self.code_desc = code_desc
+        self.words = words
+        self.ladder_gap = ladder_gap
+        self.K, self.steps, self.dist = witness_denominators(words, seq_len, ladder_gap=ladder_gap)
+
+    def size(self, n):
+        return int(n * (2 * n - 1) + 2 * self.steps[:n, :n].max(axis=1, initial=0).sum())
+
+    def rank(self, n):
+        if n < 2:
+            return 1
+        K = self.K[:n, :n]
+        keep = _prune(K) if n > 2 else list(range(n))
+        return int(_rank_from_denominators(K[np.ix_(keep, keep)])[0])
+
+    def largest_fitting(self, max_sequences):
+        lo, hi = 0, len(self.words)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.size(mid) <= max_sequences:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def _with_gaps(name, code_desc, words, seq_len, ladder_gap):
+    gaps = LADDER_GAPS if ladder_gap == "auto" else (ladder_gap,)
+    out = []
+    for g in gaps:
+        try:
+            out.append(_Design(name, code_desc, words, seq_len, g))
+        except ValueError:
+            pass
+    return out
+
+
+def _hadamard_designs(n_bits, seq_len, ladder_gap, half, rng):
+    orders = [h for h in hadamard_orders(n_bits) if h >= 8]
+    if not orders:
+        return []
+    h = orders[-1]
+    words = hadamard_code(h, half=half)
+    words = np.concatenate([words, np.zeros((len(words), n_bits - h), dtype=np.uint8)], axis=1)
+    if rng is not None:
+        words = words[rng.permutation(len(words))]
+    desc = _describe([(h, half)], n_bits)
+    return _with_gaps("hadamard-half" if half else "hadamard", desc, words, seq_len, ladder_gap)
+
+
+def _product_designs(n_bits, seq_len, ladder_gap, max_sequences):
+    """Best multi-block product code (any full/half mix) whose family fits."""
+    from ..theory.design import _block_multisets, product_code_bound
+
+    best = None
+    seen = set()
+    for combo in _block_multisets(n_bits, 4):
+        orders = tuple(h for h, _ in combo)
+        if len(orders) < 2 or orders in seen:
+            continue
+        seen.add(orders)
+        for halves in itertools.product((False, True), repeat=len(orders)):
+            blocks = tuple(zip(orders, halves))
+            for g in (LADDER_GAPS if ladder_gap == "auto" else (ladder_gap,)):
+                try:
+                    r = product_code_bound(blocks, seq_len, ladder_gap=g, n_bits=n_bits)
+                except ValueError:
+                    continue
+                if r["n_sequences"] > max_sequences:
+                    continue
+                key = (r["rank"], -r["n_sequences"], g is None)
+                if best is None or key > best[0]:
+                    best = (key, blocks, g)
+    if best is None:
+        return []
+    _, blocks, g = best
+    words = product_code(blocks, n_bits=n_bits)
+    return _with_gaps("product", _describe(blocks, n_bits), words, seq_len, g)
+
+
+def _greedy_designs(n_bits, seq_len, ladder_gap, max_sequences, random_state):
+    w = n_bits // 2
+    out = []
+    for D in range(2, w + 1):
+        words = greedy_constant_weight_code(
+            n_bits, w, D, max_words=max(2, int(np.sqrt(max_sequences / 2)) + 1),
+            random_state=random_state,
+        )
+        if len(words) >= 2:
+            out += _with_gaps("greedy", f"greedy constant-weight (w={w}, d>={D})", words,
+                              seq_len, ladder_gap)
+    return out
+
+
+def _materialise(words, seq_len, ladder_gap, steps):
+    N = seq_len
+    keys = (1 - words).astype(np.uint8)
+    seqs = []
+
+    def s1(x, t):
+        return [x] + [t] * (N - 1)
+
+    def s3(x, a, b):
+        return [x, a] + [b] * (N - 2)
+
+    for i, x in enumerate(words):
+        k = keys[i]
+        s_i = int(steps[i].max(initial=0))
+        ones = np.flatnonzero(x)
+        ladder = [k]
+        for t in range(1, s_i + 1):
+            w = k.copy()
+            w[ones[: t * ladder_gap]] = 1
+            ladder.append(w)
+        seqs.append(s1(x, k))
+        for j in range(len(words)):
+            if j == i:
+                continue
+            seqs.append(s1(x, keys[j]))
+            seqs.append(s3(x, ladder[steps[i, j]], keys[j]))
+        for t in range(1, s_i + 1):
+            seqs.append(s1(x, ladder[t]))
+            seqs.append(s3(x, ladder[t - 1], ladder[t]))
+    return np.array(seqs, dtype=np.uint8)
+
+
+def make_witness_suite(
+    n_bits=24,
+    seq_len=3,
+    *,
+    construction="auto",
+    max_sequences=5000,
+    n_queries=None,
+    ladder_gap="auto",
+    random_state=None,
+):
+    """Load a witness suite: Min-IP sequences that force a large kernel rank (THEORY R6).
+
+    Queries ``x_i`` come from a constant-weight code, keys are their complements
+    ``k_i = ~x_i``; for every query the suite holds the gap-domination triples of
+    THEORY R4 (``S1 = (x_i, t, ..., t)``, ``S3 = (x_i, a, b, ..., b)``) from ``k_i`` to
+    every other key, directly or through a ladder of intermediate tokens. Every
+    nonnegative kernel head that solves all sequences has rank at least
+    ``certified_min_rank`` (recomputed from the sequences by
+    :func:`minip_learn.theory.certify`), while the exact kernel realisation of R3 with
+    one feature per token (``constructive_rank``) solves them all.
+
+    At ``n_bits=24, seq_len=3`` the default is the family of THEORY R6: 46 words of
+    weight 12 from the Paley Hadamard matrix of order 24, ``(x_i, k_i, k_i)`` and for
+    every other key ``(x_i, k_j, k_j), (x_i, k_i, k_j)``: 4,186 sequences, certified
+    rank 17, constructive rank 46.
+
+    Parameters
+    ----------
+    n_bits : int, default=24
+        Bits per token ``m`` (``>= 8``).
+    seq_len : int, default=3
+        Sequence length ``N >= 3`` (longer sequences shrink ``eps`` as ``1/(N-2)``).
+    construction : {"auto", "hadamard", "hadamard-half", "product", "greedy", \
+"small"}, default="auto"
+        * ``"hadamard"``: the Hadamard code of the largest constructible order
+          ``h <= n_bits`` (Paley for ``q + 1``, ``q = 3 mod 4`` prime; Sylvester
+          otherwise) with negations, zero-padded to ``n_bits``;
+        * ``"hadamard-half"``: the same without negations (no query is another's key);
+        * ``"product"``: the best product of several Hadamard codes whose family fits
+          ``max_sequences`` (more words at smaller distance);
+        * ``"greedy"``: greedy constant-weight codes (any size);
+        * ``"small"``: a Hadamard prefix with the fewest queries reaching a certified
+          rank of 8 (the scale of the paper's witness suite; 190 sequences at m = 24);
+        * ``"auto"``: the candidate with the highest certified bound whose family has at
+          most ``max_sequences`` sequences (ties: the smaller family).
+    max_sequences : int, default=5000
+        Largest family allowed; codes are cut to their first queries to fit.
+    n_queries : int, default=None
+        Use exactly the first ``n_queries`` words of the code (None: as many as fit).
+    ladder_gap : "auto", None or int, default="auto"
+        Overlap gap of the ladder steps (``>= 2``); None uses single steps only;
+        ``"auto"`` picks the best (ties: the smaller family).
+    random_state : int, RandomState instance or None, default=None
+        None gives the canonical family (the first words, sequences in construction
+        order). Otherwise the code words are shuffled before the first ones are taken
+        and the sequences are returned in random order.
+
+    Returns
+    -------
+    data : :class:`~sklearn.utils.Bunch`
+        ``X`` (n_sequences, seq_len, n_bits) uint8; ``y`` exact targets; ``tokens``
+        (distinct tokens); ``queries``, ``keys``; ``certified_min_rank`` (from
+        :func:`~minip_learn.theory.certify`); ``design_bound`` (predicted from the
+        design, never above ``certified_min_rank``); ``constructive_rank`` (number of
+        distinct tokens); ``certificate``; ``construction`` (the one used);
+        ``params``; ``DESCR``.
+
+    Raises
+    ------
+    ValueError
+        On invalid arguments, or when no construction fits ``max_sequences``.
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_witness_suite
+    >>> suite = make_witness_suite()
+    >>> suite.X.shape, suite.certified_min_rank, suite.constructive_rank
+    ((4186, 3, 24), 17, 46)
+    >>> small = make_witness_suite(construction="small")
+    >>> len(small.X), small.certified_min_rank
+    (190, 8)
+    """
+    n_bits = check_int(n_bits, "n_bits", min_value=8)
+    seq_len = check_int(seq_len, "seq_len", min_value=3)
+    if not isinstance(construction, str) or construction not in CONSTRUCTIONS:
+        raise ValueError(f"construction must be one of {list(CONSTRUCTIONS)}; got {construction!r}.")
+    max_sequences = check_int(max_sequences, "max_sequences", min_value=1)
+    n_queries = check_int(n_queries, "n_queries", min_value=2, allow_none=True)
+    if not (ladder_gap is None or ladder_gap == "auto"):
+        ladder_gap = check_int(ladder_gap, "ladder_gap", min_value=2)
+    rng = None if random_state is None else check_random_state(random_state)
+
+    designs = []
+    if construction in ("auto", "hadamard", "small"):
+        designs += _hadamard_designs(n_bits, seq_len, ladder_gap, False, rng)
+    if construction in ("auto", "hadamard-half"):
+        designs += _hadamard_designs(n_bits, seq_len, ladder_gap, True, rng)
+    if construction in ("auto", "product"):
+        designs += _product_designs(n_bits, seq_len, ladder_gap, max_sequences)
+    if construction == "greedy" or (construction == "auto" and n_bits <= 14):
+        seed = 0 if rng is None else rng
+        designs += _greedy_designs(n_bits, seq_len, ladder_gap, max_sequences,
+                                   None if n_bits <= 14 and rng is None else seed)
+    if not designs:
+        raise ValueError(
+            f"no {construction!r} witness design exists for n_bits={n_bits}, "
+            f"seq_len={seq_len} (queries need overlap distance >= 2)."
+        )
+
+    candidates = []
+    for d in designs:
+        n_max = len(d.words)
+        if n_queries is not None:
+            if n_queries > n_max:
+                continue
+            ns = [n_queries]
+        elif construction == "small":
+            ns = [n for n in range(2, n_max + 1) if d.rank(n) >= SMALL_TARGET][:1] or [n_max]
+        else:
+            ns = [d.largest_fitting(max_sequences)]
+        for n in ns:
+            if n < 2 or d.size(n) > max_sequences:
+                continue
+            candidates.append((d.rank(n), -d.size(n), d.ladder_gap is None, d, n))
+    if not candidates:
+        raise ValueError(
+            f"no {construction!r} witness suite with n_bits={n_bits}, seq_len={seq_len}"
+            + (f", n_queries={n_queries}" if n_queries is not None else "")
+            + f" fits max_sequences={max_sequences}; raise max_sequences or lower n_queries."
+        )
+    if construction == "small":
+        candidates.sort(key=lambda c: (c[0] < SMALL_TARGET, c[1] * -1, -c[0]))
+        design_bound, _, _, d, n = candidates[0]
+    else:
+        design_bound, _, _, d, n = max(candidates, key=lambda c: c[:3])
+
+    words = d.words[:n]
+    steps = d.steps[:n, :n]
+    X = _materialise(words, seq_len, d.ladder_gap, steps)
+    if rng is not None:
+        X = X[rng.permutation(len(X))]
+    rank, cert = certify(X, return_certificate=True)
+    tokens = np.unique(X.reshape(-1, n_bits), axis=0)
+    params = dict(
+        n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
+        n_queries=int(n), ladder_gap=d.ladder_gap,
+        ladder_steps=int(steps.max(initial=0)), max_sequences=max_sequences,
+        random_state=random_state if isinstance(random_state, numbers.Integral) else None,
+    )
+    off = ~np.eye(n, dtype=bool)
+    return Bunch(
+        X=X,
+        y=minip_targets(X),
+        tokens=tokens,
+        queries=words.copy(),
+        keys=(1 - words).astype(np.uint8),
+        certified_min_rank=int(rank),
+        design_bound=int(design_bound),
+        constructive_rank=int(len(tokens)),
+        certificate=cert,
+        construction=d.name,
+        params=params,
+        DESCR=_DESCR.format(
+            construction=d.name, n_sequences=len(X), seq_len=seq_len, n_tokens=len(tokens),
+            n_bits=n_bits, code=d.code_desc, n_queries=n,
+            min_distance=int(d.dist[:n, :n][off].min()) if n > 1 else 0,
+            ladder_gap=d.ladder_gap, ladder_steps=params["ladder_steps"],
+            certified_min_rank=int(rank), design_bound=int(design_bound),
+            constructive_rank=len(tokens),
+        ),
+    )

@@ -1,0 +1,233 @@
+"""Exact constructions of THEORY R1-R3 as ready, fitted estimators.
+
+Each function sets the weights of the library's own heads
+(:class:`~minip_learn.nn.KernelAttentionHead`,
+:class:`~minip_learn.nn.SoftmaxAttentionHead`) by hand, in float64, and wraps them in
+the matching estimator with ``_set_fitted_module``: ``predict`` and ``score`` work
+without ``fit``. torch is imported only when a construction is built.
+"""
+
+import itertools
+
+import numpy as np
+
+from .._validation import check_float, check_int, check_sequences
+
+__all__ = ["default_beta", "exact_kernel_realization", "rank_one_head", "softmax_construction"]
+
+
+def default_beta(seq_len):
+    """Default inverse temperature ``beta = max(2, N - 1)`` for the R2/R3 heads.
+
+    The soft-min error is at most ``(N-1)/(e*beta)``; ``beta = max(2, N-1)`` keeps it
+    at most ``1/e < 1/2`` for every length ``N`` (``beta = 2`` for ``N <= 3``, as in
+    THEORY R2).
+
+    Examples
+    --------
+    >>> from minip_learn.theory.constructions import default_beta
+    >>> default_beta(3), default_beta(6)
+    (2.0, 5.0)
+    """
+    seq_len = check_int(seq_len, "seq_len", min_value=1)
+    return float(max(2, seq_len - 1))
+
+
+def _resolve_beta(beta, seq_len):
+    if beta is None:
+        return default_beta(seq_len)
+    return check_float(beta, "beta", min_value=0.0, strict=True)
+
+
+def _set_identity_value_readout(head, n_bits, *, scale, bias_per_bit):
+    import torch
+
+    eye = torch.eye(n_bits, dtype=torch.float64)
+    with torch.no_grad():
+        head.value.linear.weight.copy_(eye)
+        head.value.linear.bias.zero_()
+        head.readout.weight.weight.copy_(scale * eye)
+        head.readout.weight.bias.zero_()
+        head.readout.bias.weight.fill_(bias_per_bit)
+        head.readout.bias.bias.zero_()
+
+
+def rank_one_head(n_bits):
+    """THEORY R1: a rank-1 kernel head that solves every sequence of length 1 and 2.
+
+    ``phi_Q = phi_K = 1`` (``elu+1`` features with zero encoder weights: uniform
+    attention), ``v(x) = x`` and ``rho_x(u) = 2<x, u> - |x|``. For ``N = 2``,
+    ``u = (x_1 + x_2)/2`` and ``p_1 = <x_1, x_2>``; for ``N = 1``, ``p_1 = |x_1|``.
+    Exact.
+
+    Parameters
+    ----------
+    n_bits : int
+        Bits per token ``m``.
+
+    Returns
+    -------
+    estimator : KernelAttentionRegressor
+        Fitted (rank 1, float64).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.theory import rank_one_head
+    >>> est = rank_one_head(4)
+    >>> est.predict(np.array([[[1, 1, 0, 1], [0, 1, 1, 1]]])).round(6)
+    array([[2., 2.]])
+    """
+    import torch
+
+    from ..estimators import KernelAttentionRegressor
+    from ..nn import KernelAttentionHead
+
+    n_bits = check_int(n_bits, "n_bits", min_value=1)
+    head = KernelAttentionHead(n_bits, 1, feature_map="elu+1").double()
+    with torch.no_grad():
+        for fm in (head.query_features, head.key_features):
+            fm.encoder.weight.zero_()
+            fm.encoder.bias.zero_()
+    _set_identity_value_readout(head, n_bits, scale=2.0, bias_per_bit=-1.0)
+    est = KernelAttentionRegressor(rank=1, feature_map="elu+1", dtype="float64")
+    return est._set_fitted_module(head)
+
+
+def softmax_construction(n_bits, beta=None, *, seq_len=3):
+    """THEORY R2: softmax attention with ``m``-dim scores solving length-3 Min-IP.
+
+    Scores ``-beta <x_i, x_j>`` (``q(x) = x``, ``k(x) = -beta x``), ``v(x) = x`` and
+    ``rho_x(u) = <x, u>``: the output is a soft-min of the overlaps with error at most
+    ``(N-1)/(e*beta)``, below 1/2 for every sequence of length ``N`` when
+    ``beta > 2(N-1)/e``.
+
+    Parameters
+    ----------
+    n_bits : int
+        Bits per token ``m``.
+    beta : float, default=None
+        Inverse temperature; None means :func:`default_beta` of ``seq_len``
+        (``2.0`` for ``seq_len=3``).
+    seq_len : int, default=3
+        Longest sequence length the default ``beta`` must solve.
+
+    Returns
+    -------
+    estimator : SoftmaxAttentionRegressor
+        Fitted (float64).
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_minip
+    >>> from minip_learn.theory import softmax_construction
+    >>> X, y = make_minip(200, seq_len=3, n_bits=12, random_state=0)
+    >>> softmax_construction(12).score(X, y)
+    1.0
+    """
+    import torch
+
+    from ..estimators import SoftmaxAttentionRegressor
+    from ..nn import SoftmaxAttentionHead
+
+    n_bits = check_int(n_bits, "n_bits", min_value=1)
+    seq_len = check_int(seq_len, "seq_len", min_value=1)
+    beta = _resolve_beta(beta, seq_len)
+    head = SoftmaxAttentionHead(n_bits, temperature=1.0).double()
+    eye = torch.eye(n_bits, dtype=torch.float64)
+    with torch.no_grad():
+        head.query.weight.copy_(eye)
+        head.query.bias.zero_()
+        head.key.weight.copy_(-beta * eye)
+        head.key.bias.zero_()
+    _set_identity_value_readout(head, n_bits, scale=1.0, bias_per_bit=0.0)
+    est = SoftmaxAttentionRegressor(temperature=1.0, dtype="float64")
+    return est._set_fitted_module(head)
+
+
+def _all_tokens(n_bits):
+    return np.array(list(itertools.product((0, 1), repeat=n_bits)), dtype=np.uint8)
+
+
+def exact_kernel_realization(n_bits=None, tokens=None, *, beta=None, seq_len=3):
+    """THEORY R3: a nonnegative kernel head reproducing the softmax head of R2 exactly.
+
+    ``phi_Q(x) = onehot(x)`` over a token set ``T`` and ``phi_K(z)_y = exp(-beta<y,z>)``
+    give ``alpha(x, z) = exp(-beta <x, z>)``: with ``v(x) = x`` and
+    ``rho_x(u) = <x, u>`` the head equals :func:`softmax_construction` on every
+    sequence over ``T``, of any length. Its rank is ``|T|`` (``2^m`` for all tokens):
+    the *constructive rank* of a family over ``T``. Built on the ``table`` feature map
+    with log-features ``0`` / ``-1e4`` (an exact zero) for the one-hot.
+
+    Parameters
+    ----------
+    n_bits : int, default=None
+        Bits per token; with ``tokens=None`` the token set is all ``2^n_bits`` tokens
+        (at most ``2^16``).
+    tokens : array-like of shape (n_tokens, n_bits) or (n_samples, seq_len, n_bits)
+        A finite token set (duplicates are merged); a family of sequences may be given
+        directly.
+    beta : float, default=None
+        Inverse temperature; None means :func:`default_beta` of ``seq_len``.
+    seq_len : int, default=3
+        Longest sequence length the default ``beta`` must solve.
+
+    Returns
+    -------
+    estimator : KernelAttentionRegressor
+        Fitted (``feature_map="table"``, ``rank = |T|``, float64); it accepts only
+        sequences over ``T``.
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_witness_suite
+    >>> from minip_learn.theory import exact_kernel_realization
+    >>> suite = make_witness_suite(24, 3, construction="small")
+    >>> est = exact_kernel_realization(tokens=suite.tokens)
+    >>> est.rank == suite.constructive_rank, est.score(suite.X, suite.y)
+    (True, 1.0)
+    """
+    import torch
+
+    from ..estimators import KernelAttentionRegressor
+    from ..nn import KernelAttentionHead
+
+    if tokens is None:
+        if n_bits is None:
+            raise ValueError("give n_bits (all 2**n_bits tokens) or a token set `tokens`.")
+        n_bits = check_int(n_bits, "n_bits", min_value=1)
+        if n_bits > 16:
+            raise ValueError(
+                f"all 2**{n_bits} tokens is too many for a table; pass `tokens` instead."
+            )
+        T = _all_tokens(n_bits)
+    else:
+        arr = np.asarray(tokens)
+        if arr.ndim == 3:
+            arr, _ = check_sequences(arr, name="tokens", binary=True)
+            arr = arr.reshape(-1, arr.shape[2])
+        else:
+            arr, _ = check_sequences(arr, name="tokens", allow_2d=True, binary=True)
+            arr = arr[:, 0, :]
+        T = np.unique(arr.astype(np.uint8), axis=0)
+        if n_bits is not None and check_int(n_bits, "n_bits", min_value=1) != T.shape[1]:
+            raise ValueError(f"tokens have {T.shape[1]} bits but n_bits={n_bits}.")
+        n_bits = T.shape[1]
+    seq_len = check_int(seq_len, "seq_len", min_value=1)
+    beta = _resolve_beta(beta, seq_len)
+    r = len(T)
+    head = KernelAttentionHead(
+        n_bits, r, feature_map="table", feature_kwargs={"vocabulary": T}
+    ).double()
+    Tt = torch.as_tensor(T, dtype=torch.float64)
+    with torch.no_grad():
+        # rows of log_table follow the vocabulary order, which is T itself
+        onehot_log = torch.full((r, r), -1e4, dtype=torch.float64)
+        onehot_log.fill_diagonal_(0.0)
+        head.query_features.log_table.copy_(onehot_log)
+        head.key_features.log_table.copy_(-beta * (Tt @ Tt.T))
+    _set_identity_value_readout(head, n_bits, scale=1.0, bias_per_bit=0.0)
+    est = KernelAttentionRegressor(
+        rank=r, feature_map="table", feature_kwargs={"vocabulary": T}, dtype="float64"
+    )
+    return est._set_fitted_module(head)
