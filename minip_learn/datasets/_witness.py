@@ -109,6 +109,9 @@ def _product_designs(n_bits, seq_len, ladder_gap, max_sequences):
         seen.add(orders)
         for halves in itertools.product((False, True), repeat=len(orders)):
             blocks = tuple(zip(orders, halves))
+            n = int(np.prod([(h - 1) if half else (2 * h - 2) for h, half in blocks]))
+            if n * (2 * n - 1) > max_sequences:
+                continue
             for g in (LADDER_GAPS if ladder_gap == "auto" else (ladder_gap,)):
                 try:
                     r = product_code_bound(blocks, seq_len, ladder_gap=g, n_bits=n_bits)

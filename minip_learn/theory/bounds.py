@@ -284,8 +284,10 @@ def approximate_identity_rank_bound(n, eps, *, return_value=False):
     >>> from minip_learn.theory import approximate_identity_rank_bound
     >>> approximate_identity_rank_bound(46, Fraction(1, 5))
     17
-    >>> approximate_identity_rank_bound(6, 0.2)      # (n-1) eps <= 1: full rank
+    >>> approximate_identity_rank_bound(6, Fraction(1, 5))   # (n-1) eps <= 1: rank n
     6
+    >>> approximate_identity_rank_bound(6, 0.2)   # the float 0.2 is a bit above 1/5
+    5
     >>> import numpy as np
     >>> approximate_identity_rank_bound(3, np.full((3, 3), 0.5))
     3

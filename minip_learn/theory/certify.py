@@ -187,12 +187,17 @@ def family_constraints(X):
         D = list(c)
         for x in D:
             for y in D:
-                if Counter({x: 1}) + Counter({y: N - 1}) == c:
+                need = {x: 1}
+                need[y] = need.get(y, 0) + N - 1
+                if need == c:
                     s1.add((x, y))
                 for z in D:
                     if y == z:
                         continue
-                    if Counter({x: 1}) + Counter({y: 1}) + Counter({z: N - 2}) != c:
+                    need = {x: 1}
+                    need[y] = need.get(y, 0) + 1
+                    need[z] = need.get(z, 0) + N - 2
+                    if need != c:
                         continue
                     g = overlap(x, z) - overlap(x, y)
                     if g >= 2:

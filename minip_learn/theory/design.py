@@ -250,7 +250,7 @@ def product_code_bound(blocks, seq_len, *, ladder_gap=None, n_bits=None):
     17
     >>> r = product_code_bound([(32, False), (32, False)], 3, ladder_gap=4)
     >>> r["rank"], r["n_queries"]
-    (1267, 3844)
+    (1269, 3844)
     """
     blocks = [(check_int(h, "order", min_value=4), bool(half)) for h, half in blocks]
     if not blocks:
@@ -270,7 +270,7 @@ def product_code_bound(blocks, seq_len, *, ladder_gap=None, n_bits=None):
     rank, value, _ = _rank_from_sums(n, n * sum_sq, row, row)
     exact = n_bits > total or any(half for _, half in blocks)
     return dict(
-        rank=int(rank), n_queries=n, n_sequences=_family_size(n, [steps] * n),
+        rank=int(rank), n_queries=n, n_sequences=int(n * (2 * n - 1 + 2 * steps)),
         ladder_steps=steps, exact=exact, frobenius_value=float(value),
     )
 
@@ -381,7 +381,7 @@ def bound_table(
     >>> from minip_learn.theory import bound_table
     >>> t = bound_table(n_bits=[16, 24, 32], seq_len=[3], as_frame=False)
     >>> t["certified_min_rank"]
-    [8, 17, 54]
+    [8, 18, 53]
     """
     rows = {k: [] for k in (
         "n_bits", "seq_len", "certified_min_rank", "construction", "n_queries",
