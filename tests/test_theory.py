@@ -1,0 +1,348 @@
+"""Tests of minip_learn.theory: exact constructions (R1-R3), bounds (R4, R5, R8), certify."""
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from minip_learn.datasets import make_minip, minip_targets
+from minip_learn.metrics import max_abs_error, solved
+from minip_learn.theory import (
+    Certificate,
+    approximate_identity_rank_bound,
+    bound_table,
+    certify,
+    chain_denominator,
+    channel_capacity_bits,
+    exact_kernel_realization,
+    gap_domination_ratio,
+    gap_mixture_weight,
+    hadamard_code,
+    hadamard_matrix,
+    hadamard_orders,
+    product_code,
+    product_code_bound,
+    rank_one_head,
+    softmax_construction,
+    transcript_lower_bound,
+    witness_bound,
+)
+
+
+def all_sequences(n_bits, seq_len):
+    tokens = np.array(list(itertools.product((0, 1), repeat=n_bits)), dtype=np.uint8)
+    idx = np.array(list(itertools.product(range(len(tokens)), repeat=seq_len)))
+    return tokens[idx]
+
+
+# --------------------------------------------------------------------------- R1-R3
+@pytest.mark.parametrize("n_bits", [1, 2, 3, 4])
+@pytest.mark.parametrize("seq_len", [1, 2])
+def test_r1_rank_one_head_solves_every_short_sequence(n_bits, seq_len):
+    X = all_sequences(n_bits, seq_len)
+    est = rank_one_head(n_bits)
+    assert est.net_.module_.rank == 1
+    pred = est.predict(X)
+    assert max_abs_error(minip_targets(X), pred) < 1e-9
+    assert est.score(X, minip_targets(X)) == 1.0
+
+
+@pytest.mark.parametrize("n_bits", [1, 2, 3, 4])
+def test_r2_softmax_construction_solves_every_length3_sequence(n_bits):
+    X = all_sequences(n_bits, 3)
+    y = minip_targets(X)
+    est = softmax_construction(n_bits)
+    err = max_abs_error(y, est.predict(X))
+    assert err <= 2 / (np.e * 2.0) + 1e-12 and err < 0.5
+    assert solved(y, est.predict(X)) == 1.0
+
+
+def test_r2_default_beta_scales_with_length():
+    X = all_sequences(3, 5)
+    y = minip_targets(X)
+    assert softmax_construction(3, seq_len=5).score(X, y) == 1.0
+
+
+@pytest.mark.parametrize("n_bits,seq_len", [(3, 1), (3, 2), (3, 3), (3, 4), (4, 1), (4, 2), (4, 3)])
+def test_r3_exact_kernel_realization_equals_softmax(n_bits, seq_len):
+    X = all_sequences(n_bits, seq_len)
+    y = minip_targets(X)
+    kern = exact_kernel_realization(n_bits, seq_len=max(seq_len, 3))
+    soft = softmax_construction(n_bits, seq_len=max(seq_len, 3))
+    assert kern.net_.module_.rank == 2 ** n_bits
+    assert kern.net_.module_.nonnegative
+    np.testing.assert_allclose(kern.predict(X), soft.predict(X), rtol=0, atol=1e-9)
+    assert kern.score(X, y) == 1.0
+
+
+def test_r3_on_a_token_set():
+    X, y = make_minip(60, seq_len=3, n_bits=10, random_state=0)
+    est = exact_kernel_realization(tokens=X)
+    assert est.rank == len(np.unique(X.reshape(-1, 10), axis=0))
+    assert est.score(X, y) == 1.0
+    with pytest.raises(ValueError, match="n_bits"):
+        exact_kernel_realization()
+    with pytest.raises(ValueError, match="too many"):
+        exact_kernel_realization(20)
+
+
+def test_construction_arguments_are_validated():
+    with pytest.raises(ValueError):
+        rank_one_head(0)
+    with pytest.raises(ValueError, match="beta"):
+        softmax_construction(4, beta=-1.0)
+
+
+# --------------------------------------------------------------------------- R4
+def _outputs(N, a, P):
+    """Query outputs of S1, S2, S3 by brute force from kernel values a and scalars P."""
+    ax, ay, az = a
+    Px, Py, Pz = P
+    o1 = (ax * Px + (N - 1) * ay * Py) / (ax + (N - 1) * ay)
+    o2 = (ax * Px + (N - 1) * az * Pz) / (ax + (N - 1) * az)
+    o3 = (ax * Px + ay * Py + (N - 2) * az * Pz) / (ax + ay + (N - 2) * az)
+    return o1, o2, o3
+
+
+@pytest.mark.parametrize("N", [3, 4, 6])
+def test_r4_mixture_weight_matches_brute_force(N):
+    rng = np.random.RandomState(N)
+    a = rng.exponential(size=(3, 500))
+    P = rng.normal(size=(3, 500))
+    o1, o2, o3 = _outputs(N, a, P)
+    mu = gap_mixture_weight(N, *a)
+    np.testing.assert_allclose(o3, (1 - mu) * o1 + mu * o2, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("N", [3, 4, 5])
+@pytest.mark.parametrize("g", [2, 3, 6])
+def test_r4_gap_domination_holds_and_is_tight(N, g):
+    eps = gap_domination_ratio(N, g)
+    assert eps == 1 / ((N - 2) * (g - 1))
+    rng = np.random.RandomState(10 * N + g)
+    t, n = 3.0, 200000
+    a = np.exp(rng.uniform(-6, 3, size=(3, n)))
+    P = np.stack([rng.uniform(-3, 12, n), t + rng.uniform(-0.5, 0.5, n),
+                  t + g + rng.uniform(-0.5, 0.5, n)])
+    o1, o2, o3 = _outputs(N, a, P)
+    ok = (abs(o1 - t) < 0.5) & (abs(o2 - t - g) < 0.5) & (abs(o3 - t) < 0.5)
+    assert ok.sum() > 0
+    assert (a[2, ok] / a[1, ok] < eps).all()
+    # tightness: ratio just below eps is solvable, at eps it is not
+    for ratio, ok in ((eps * 0.999, True), (eps, False)):
+        a = (0.0, 1.0, ratio)
+        P = (0.0, t - 0.5 + 1e-6, t + g - 0.5 + 1e-6)
+        o1, o2, o3 = _outputs(N, a, P)
+        assert abs(o1 - t) < 0.5 and abs(o2 - t - g) < 0.5
+        assert (abs(o3 - t) < 0.5) is ok
+
+
+def test_r4_arguments():
+    with pytest.raises(ValueError, match="seq_len >= 3"):
+        gap_domination_ratio(2, 4)
+    with pytest.raises(ValueError, match="gap"):
+        gap_domination_ratio(3, 1)
+    assert gap_domination_ratio(4, 3, exact=True) == Fraction(1, 4)
+
+
+def test_chain_denominator():
+    assert chain_denominator(6, 3) == (5, 0)
+    assert chain_denominator(1, 3) == (0, 0)
+    assert chain_denominator(16, 3, ladder_gap=4) == (81, 3)
+    assert chain_denominator(12, 3, ladder_gap=4, max_steps=0) == (11, 0)
+
+
+# --------------------------------------------------------------------------- R5
+def test_r5_scalar_bound_values():
+    assert approximate_identity_rank_bound(46, Fraction(1, 5)) == 17
+    assert approximate_identity_rank_bound(23, Fraction(1, 5)) == 13
+    assert approximate_identity_rank_bound(1, 0.5) == 1
+    r, v = approximate_identity_rank_bound(46, Fraction(1, 5), return_value=True)
+    assert v == Fraction(46 * 25, 25 + 45) and r == 17
+    with pytest.raises(ValueError):
+        approximate_identity_rank_bound(0, 0.1)
+    with pytest.raises(ValueError):
+        approximate_identity_rank_bound(3, -0.1)
+    with pytest.raises(ValueError, match="shape"):
+        approximate_identity_rank_bound(3, np.zeros((2, 2)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_r5_bound_never_exceeds_true_rank(seed):
+    rng = np.random.RandomState(seed)
+    n = rng.randint(4, 30)
+    for r in (1, 2, n // 3 + 1, n // 2 + 1):
+        # a rank-r nonnegative kernel matrix, strongly diagonal when possible
+        P = rng.exponential(size=(n, r)) ** 3
+        Q = P + 0.01 * rng.exponential(size=(n, r))
+        A = P @ Q.T
+        B = A / np.diag(A)[:, None]
+        true_rank = np.linalg.matrix_rank(B)
+        off = ~np.eye(n, dtype=bool)
+        eps = B * (1 + 1e-9) + 1e-300
+        assert approximate_identity_rank_bound(n, eps) <= true_rank <= r
+        assert approximate_identity_rank_bound(n, float(eps[off].max())) <= true_rank
+
+
+def test_r5_unit_diagonal_small_offdiagonal_is_full_rank():
+    rng = np.random.RandomState(0)
+    n = 12
+    B = np.eye(n) + rng.uniform(0, 1 / (n - 1), size=(n, n)) * ~np.eye(n, dtype=bool)
+    assert np.linalg.matrix_rank(B) == n
+    assert approximate_identity_rank_bound(n, Fraction(1, n - 1)) == n
+
+
+# --------------------------------------------------------------------------- R8
+def test_r8_transcript_and_capacity():
+    assert transcript_lower_bound(4, 15) == 16.0
+    assert transcript_lower_bound(0, 3) == 0.0
+    assert channel_capacity_bits(2, 3, 4, 8) == 192
+    with pytest.raises(ValueError):
+        channel_capacity_bits(0, 1, 1, 1)
+    with pytest.raises(ValueError):
+        transcript_lower_bound(-1, 2)
+
+
+# --------------------------------------------------------------------------- codes
+@pytest.mark.parametrize("order", [o for o in hadamard_orders(64)])
+def test_hadamard_matrices(order):
+    H = hadamard_matrix(order)
+    assert (H @ H.T == order * np.eye(order)).all()
+    W = hadamard_code(order).astype(int)
+    assert len(W) == 2 * order - 2 and set(W.sum(1)) == {order // 2}
+    G = W @ W.T
+    assert set(G[~np.eye(len(W), dtype=bool)]) == {0, order // 4}
+
+
+def test_hadamard_bad_order():
+    with pytest.raises(ValueError, match="Hadamard"):
+        hadamard_matrix(28)
+
+
+# --------------------------------------------------------------------------- certify
+def test_certify_r6_recomputes_17():
+    W = hadamard_code(24)
+    keys = 1 - W
+    seqs = []
+    for i, x in enumerate(W):
+        seqs.append([x, keys[i], keys[i]])
+        for j in range(len(W)):
+            if j != i:
+                seqs += [[x, keys[j], keys[j]], [x, keys[i], keys[j]]]
+    X = np.array(seqs, dtype=np.uint8)
+    assert X.shape == (4186, 3, 24)
+    r, cert = certify(X, return_certificate=True)
+    assert r == 17 and int(cert) == 17 and isinstance(cert, Certificate)
+    assert len(cert.queries) == 46
+    off = ~np.eye(46, dtype=bool)
+    assert cert.eps[off].max() == pytest.approx(0.2)
+    assert (cert.overlap_gaps[off] >= 6).all()
+    assert "17" in cert.summary()
+    # permuting positions inside sequences changes nothing (heads are equivariant)
+    rng = np.random.RandomState(0)
+    Xp = np.stack([s[rng.permutation(3)] for s in X])
+    assert certify(Xp) == 17
+    # without the sequences whose key is x_i itself: what 23 queries give
+    drop = np.array([(s[1] == s[0]).all() or (s[2] == s[0]).all() for s in X])
+    assert drop.sum() == 2 * 46
+    assert certify(X[~drop]) == 13
+
+
+def test_certify_is_1_without_constraints():
+    X, _ = make_minip(300, seq_len=3, n_bits=8, random_state=0)
+    assert certify(X) == 1
+    X, _ = make_minip(100, seq_len=4, n_bits=12, min_gap=2, random_state=1)
+    assert certify(X) == 1
+    # length <= 2 families never constrain anything
+    W = hadamard_code(8)
+    X2 = np.array([[x, 1 - y] for x in W for y in W], dtype=np.uint8)
+    r, cert = certify(X2, return_certificate=True)
+    assert r == 1 and "seq_len=2" in cert.reason
+    assert certify(X2[:, :1]) == 1
+
+
+def test_certify_single_triple_and_chain():
+    x = [1, 1, 1, 1, 1, 1, 0, 0]
+    y0 = [0, 0, 0, 0, 0, 0, 1, 1]
+    y1 = [1, 1, 1, 0, 0, 0, 1, 1]
+    y2 = [1, 1, 1, 1, 1, 1, 1, 1]
+    X = np.array([[x, y0, y0], [x, y1, y1], [x, y2, y2], [x, y0, y1], [x, y1, y2]])
+    from minip_learn.theory import family_constraints
+
+    tokens, edges, overlap = family_constraints(X)
+    assert sum(len(e) for e in edges.values()) == 2
+    # one query: rank 1 whatever the chains
+    assert certify(X) == 1
+
+
+def test_certify_validates_input():
+    with pytest.raises(ValueError):
+        certify(np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="0/1"):
+        certify(np.full((2, 3, 4), 2))
+
+
+def test_certify_never_exceeds_a_solvable_rank():
+    # the R3 head of rank |T| solves any family, so certify can never claim more
+    from minip_learn.datasets import make_witness_suite
+
+    s = make_witness_suite(16, 3)
+    assert s.certified_min_rank <= s.constructive_rank
+    assert exact_kernel_realization(tokens=s.tokens).score(s.X, s.y) == 1.0
+
+
+# --------------------------------------------------------------------------- table
+def test_bound_table_grows_exponentially():
+    t = bound_table(max_blocks=4, as_frame=True)
+    assert set(t.columns) >= {"n_bits", "seq_len", "certified_min_rank", "construction"}
+    assert len(t) == 8 * 4
+    for N in range(3, 7):
+        ranks = t[t.seq_len == N].sort_values("n_bits").certified_min_rank.to_numpy()
+        assert (np.diff(ranks) >= 0).all()
+    r3 = t[t.seq_len == 3].set_index("n_bits").certified_min_rank
+    assert r3[24] >= 17 and r3[64] >= 1000
+    # roughly exponential: every 16 bits multiply the bound by more than 2.5
+    assert r3[64] > 2.5 * r3[48] and r3[48] > 2.5 * r3[32]
+    d = bound_table(n_bits=[24], seq_len=[3], as_frame=False)
+    assert d["certified_min_rank"] == [18]
+
+
+@pytest.mark.parametrize(
+    "blocks,n_bits,N,gap",
+    [
+        ([(8, True), (8, True)], 16, 3, None),
+        ([(8, True), (8, False)], 17, 4, None),
+        ([(12, True)], 12, 3, None),
+        ([(16, True)], 17, 3, 4),
+        ([(32, True)], 33, 3, 4),
+        ([(8, False), (8, True)], 16, 5, 2),
+    ],
+)
+def test_analytic_bound_equals_certify_on_materialised_family(blocks, n_bits, N, gap):
+    from minip_learn.datasets._witness import _materialise
+    from minip_learn.theory import witness_denominators
+
+    an = product_code_bound(blocks, N, ladder_gap=gap, n_bits=n_bits)
+    assert an["exact"]
+    words = product_code(blocks, n_bits=n_bits)
+    rank, size = witness_bound(words, N, ladder_gap=gap)
+    assert rank == an["rank"] and size == an["n_sequences"]
+    _, steps, _ = witness_denominators(words, N, ladder_gap=gap)
+    X = _materialise(words, N, gap, steps)
+    assert len(X) == size
+    assert certify(X) == an["rank"]
+
+
+def test_training_below_the_certified_bound_never_solves():
+    from minip_learn import KernelAttentionRegressor
+    from minip_learn.datasets import make_witness_suite
+
+    s = make_witness_suite(24, 3, construction="small")
+    assert s.certified_min_rank == 8
+    for rank, fmap in ((4, "table"), (7, "table")):
+        est = KernelAttentionRegressor(
+            rank=rank, feature_map=fmap, max_epochs=150, lr=0.05, random_state=0
+        ).fit(s.X, s.y)
+        assert not est.solved_
+        assert solved(s.y, est.predict(s.X)) == 0.0
