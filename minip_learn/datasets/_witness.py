@@ -236,7 +236,8 @@ def make_witness_suite(
     -------
     data : :class:`~sklearn.utils.Bunch`
         ``X`` (n_sequences, seq_len, n_bits) uint8; ``y`` exact targets; ``tokens``
-        (distinct tokens); ``queries``, ``keys``; ``certified_min_rank`` (from
+        (distinct tokens); ``queries`` and ``designated_keys`` (their complements;
+        ``keys`` would shadow ``dict.keys``); ``certified_min_rank`` (from
         :func:`~minip_learn.theory.certify`); ``design_bound`` (predicted from the
         design, never above ``certified_min_rank``); ``constructive_rank`` (number of
         distinct tokens); ``certificate``; ``construction`` (the one used);
@@ -330,7 +331,7 @@ def make_witness_suite(
         y=minip_targets(X),
         tokens=tokens,
         queries=words.copy(),
-        keys=(1 - words).astype(np.uint8),
+        designated_keys=(1 - words).astype(np.uint8),
         certified_min_rank=int(rank),
         design_bound=int(design_bound),
         constructive_rank=int(len(tokens)),
