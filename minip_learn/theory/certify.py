@@ -279,6 +279,12 @@ def _select_pairs(reach, overlap):
     return chosen
 
 
+def _inv(k):
+    """``1/k`` as a float, 0.0 beyond the float range (never raises on huge ints)."""
+    k = int(k)
+    return 0.0 if k.bit_length() > 1000 else 1.0 / k
+
+
 def _prune(K):
     """Drop rows/columns while the Frobenius value improves; best exact rank wins.
 
@@ -287,7 +293,7 @@ def _prune(K):
     idx = list(range(len(K)))
     best_rank = _rank_from_denominators(K)[0]
     best_idx = list(idx)
-    Kf = np.array([[1.0 / float(k) for k in row] for row in K]) if len(K) else np.zeros((0, 0))
+    Kf = np.array([[_inv(k) for k in row] for row in K]) if len(K) else np.zeros((0, 0))
     E2 = Kf ** 2
     np.fill_diagonal(E2, 0.0)
     while len(idx) > 2:
@@ -382,7 +388,7 @@ def certify(X, *, return_certificate=False):
         for j, (_, t) in enumerate(chosen)
         if i != j
     }
-    eps = np.array([[1.0 / float(k) for k in row] for row in K])
+    eps = np.array([[_inv(k) for k in row] for row in K])
     np.fill_diagonal(eps, 1.0)
     cert = Certificate(
         certified_min_rank=int(rank), seq_len=N, n_bits=X.shape[2], tokens=tokens,

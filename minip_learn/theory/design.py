@@ -32,7 +32,7 @@ import numpy as np
 
 from .._validation import check_int
 from .bounds import _rank_from_denominators, _rank_from_sums
-from .certify import _prune
+from .certify import _inv, _prune
 from .codes import hadamard_orders
 
 __all__ = [
@@ -212,8 +212,8 @@ def _histogram_sums(hist, seq_len, ladder_gap, exact):
             sum_sq += Fraction(c, K * K)
             row += Fraction(c, K)
         else:
-            sum_sq += c / (float(K) * K)
-            row += c / float(K)
+            sum_sq += c * _inv(K) ** 2
+            row += c * _inv(K)
         steps = max(steps, t)
     return sum_sq, row, steps
 
