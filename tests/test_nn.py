@@ -1,0 +1,127 @@
+"""Torch modules: feature maps agree with their advertised rank and sign; the sketch
+form of kernel attention equals the explicit quadratic form."""
+
+import numpy as np
+import pytest
+import torch
+
+from minip_learn.nn import (
+    KernelAttentionHead,
+    SoftmaxAttentionHead,
+    available_feature_maps,
+    get_feature_map,
+    make_feature_map,
+)
+
+ALL_TOKENS_4 = torch.tensor(
+    [[(i >> b) & 1 for b in range(4)] for i in range(16)], dtype=torch.float64)
+
+
+def _kwargs(name):
+    return {"vocabulary": ALL_TOKENS_4} if get_feature_map(name).requires_vocabulary else {}
+
+
+def test_registry_lists_required_maps():
+    assert set(available_feature_maps()) >= {
+        "elu+1", "relu", "softplus", "exp", "squared_relu", "favor+", "table"}
+    assert set(available_feature_maps(nonnegative=True)) == set(available_feature_maps())
+
+
+def test_unknown_map_lists_valid_names():
+    with pytest.raises(ValueError, match="valid names are.*elu\\+1"):
+        get_feature_map("cosine")
+
+
+@pytest.mark.parametrize("name", available_feature_maps())
+@pytest.mark.parametrize("rank", [1, 5, 33])
+@pytest.mark.parametrize("depth", [0, 2])
+def test_feature_map_rank_and_nonnegativity(name, rank, depth):
+    torch.manual_seed(0)
+    fmap = make_feature_map(name, 4, rank, **_kwargs(name),
+                            **({} if name == "table" else {"depth": depth, "width": 8}))
+    fmap.double()
+    x = ALL_TOKENS_4[torch.randint(0, 16, (7, 3))]
+    phi = fmap(x)
+    assert phi.shape == (7, 3, rank) == (7, 3, fmap.rank)
+    assert (phi >= 0).all() == fmap.nonnegative
+    assert torch.isfinite(phi).all()
+
+
+def _explicit_attention(head, x):
+    """Naive quadratic normalised kernel attention from the same feature maps."""
+    phi_q = head.query_features(x)
+    phi_k = head.key_features(x)
+    alpha = torch.einsum("bir,bjr->bij", phi_q, phi_k)
+    u = torch.einsum("bij,bjd->bid", alpha, head.value(x)) / alpha.sum(-1, keepdim=True)
+    return head.readout(x, u)
+
+
+@pytest.mark.parametrize("name", available_feature_maps())
+@pytest.mark.parametrize("seq_len", [1, 2, 3, 7])
+@pytest.mark.parametrize("rank", [1, 6])
+def test_sketch_equals_explicit_quadratic_form(name, seq_len, rank):
+    torch.manual_seed(1)
+    head = KernelAttentionHead(4, rank, feature_map=name, value_dim=5,
+                               feature_kwargs=_kwargs(name)).double()
+    x = ALL_TOKENS_4[torch.randint(0, 16, (11, seq_len))]
+    torch.testing.assert_close(head(x), _explicit_attention(head, x))
+    # and the explicit normalised matrix the head exposes agrees too
+    u = head.attention_weights(x) @ head.value(x)
+    torch.testing.assert_close(head(x), head.readout(x, u))
+
+
+def test_log_domain_maps_do_not_overflow():
+    torch.manual_seed(0)
+    head = KernelAttentionHead(256, 8, feature_map="exp")
+    with torch.no_grad():
+        for p in head.parameters():
+            p.mul_(100.0)
+    x = (torch.rand(4, 3, 256) < 0.5).float()
+    assert torch.isfinite(head(x)).all()
+
+
+def test_zero_features_do_not_give_nan():
+    head = KernelAttentionHead(4, 2, feature_map="relu", feature_kwargs={"floor": 0.0})
+    with torch.no_grad():
+        for fm in (head.query_features, head.key_features):
+            fm.encoder.weight.zero_()
+            fm.encoder.bias.fill_(-1.0)  # relu(-1) = 0: every feature vanishes
+    out = head(torch.zeros(2, 3, 4))
+    assert torch.isfinite(out).all()
+
+
+def test_table_rejects_unseen_token():
+    head = KernelAttentionHead(4, 2, feature_map="table",
+                               feature_kwargs={"vocabulary": ALL_TOKENS_4[:3]})
+    with pytest.raises(ValueError, match="not seen in fit"):
+        head(ALL_TOKENS_4[None, 3:6].float())
+
+
+def test_softmax_head_shapes_and_rows_sum_to_one():
+    torch.manual_seed(0)
+    head = SoftmaxAttentionHead(4, score_dim=3, value_dim=6, temperature=0.5)
+    x = ALL_TOKENS_4[torch.randint(0, 16, (5, 4))].float()
+    assert head(x).shape == (5, 4)
+    w = head.attention_weights(x)
+    torch.testing.assert_close(w.sum(-1), torch.ones(5, 4))
+
+
+@pytest.mark.parametrize("head", [
+    KernelAttentionHead(4, 3, feature_map="elu+1"),
+    SoftmaxAttentionHead(4),
+])
+def test_heads_are_permutation_equivariant(head):
+    torch.manual_seed(0)
+    x = ALL_TOKENS_4[torch.randint(0, 16, (3, 5))].float()
+    perm = torch.randperm(5)
+    torch.testing.assert_close(head(x)[:, perm], head(x[:, perm]))
+
+
+def test_kernel_matrix_matches_attention():
+    torch.manual_seed(0)
+    head = KernelAttentionHead(4, 3, feature_map="exp").double()
+    x = ALL_TOKENS_4[[1, 5, 9]]
+    K = head.kernel(x, x)
+    w = head.attention_weights(x[None])[0]
+    torch.testing.assert_close(K / K.sum(-1, keepdim=True), w)
+    assert (K >= 0).all() and np.isfinite(K.detach().numpy()).all()
