@@ -104,7 +104,7 @@ def _write_json_atomic(path, obj):
     path = Path(path)
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
     with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=1, sort_keys=True, default=repr)
+        json.dump(obj, fh, indent=1, default=repr)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -1,0 +1,302 @@
+"""Tests of the rank/seed sweep: results, summary, resume, parallel backends, devices."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from joblib import parallel_config
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.model_selection import GridSearchCV
+
+from minip_learn import KernelAttentionRegressor
+from minip_learn.datasets import make_minip
+from minip_learn.metrics import get_scorers
+from minip_learn.model_selection import (
+    FullSetSplit,
+    cv_results_to_frame,
+    load_sweep,
+    rank_sweep,
+    summarize_sweep,
+)
+from minip_learn.model_selection._sweep import _assign_devices, _resolve_devices
+
+
+class MemorizingRegressor(RegressorMixin, BaseEstimator):
+    """Instant stand-in: 'solves' its training set when ``rank >= solve_from``."""
+
+    def __init__(self, rank=1, *, solve_from=4, sleep=0.0, nonnegative=True,
+                 random_state=None, device="cpu"):
+        self.rank = rank
+        self.solve_from = solve_from
+        self.sleep = sleep
+        self.nonnegative = nonnegative
+        self.random_state = random_state
+        self.device = device
+
+    def fit(self, X, y):
+        time.sleep(self.sleep)
+        self.y_ = np.asarray(y, dtype=float)
+        self.n_epochs_ = 7
+        module = type("Module", (), {"nonnegative": self.nonnegative})()
+        self.net_ = type("Net", (), {"module_": module})()
+        return self
+
+    def predict(self, X):
+        return self.y_ + (0.0 if self.rank >= self.solve_from else 0.7)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_minip(24, seq_len=2, n_bits=6, random_state=0)
+
+
+def test_small_kernel_sweep_end_to_end(data):
+    X, y = data
+    est = KernelAttentionRegressor(max_epochs=25, stop_tolerance=0.5)
+    res = rank_sweep(est, X, y, ranks=[2, 4], seeds=[0, 1], progress=False)
+    df = res.results
+    assert len(df) == 4 and res.n_computed == 4 and res.n_resumed == 0 and res.path is None
+    for col in ("fit_id", "estimator", "rank", "seed", "feature_map", "exact_match",
+                "token_accuracy", "solved", "max_abs_error", "n_epochs", "fit_time", "device"):
+        assert col in df, col
+    assert df[["rank", "seed"]].values.tolist() == [[2, 0], [2, 1], [4, 0], [4, 1]]
+    assert (df["max_abs_error"] >= 0).all()  # un-negated
+    assert (df["n_epochs"] <= 25).all() and (df["n_epochs"] >= 1).all()
+    assert df["solved"].dtype == bool
+    assert (df["solved"] == (df["max_abs_error"] < 0.5)).all()
+    assert (df["feature_map"] == "elu+1").all()
+    s = res.summary
+    assert s["rank"].tolist() == [2, 4] and s["n_fits"].tolist() == [2, 2]
+    assert ((s["solved_ci_low"] <= s["solved_fraction"])
+            & (s["solved_fraction"] <= s["solved_ci_high"])).all()
+    np.testing.assert_allclose(s["exact_match_mean"], df.groupby("rank")["exact_match"].mean())
+
+
+def test_summary_wilson_interval_and_groups():
+    df = pd.DataFrame({"model": ["kernel"] * 4 + ["softmax"] * 2,
+                       "rank": [8, 8, 8, 8, np.nan, np.nan],
+                       "solved": [True, False, False, False, True, True],
+                       "exact_match": [1, 0.5, 0.5, 0.5, 1, 1]})
+    s = summarize_sweep(df)
+    assert len(s) == 2
+    k = s[s["model"] == "kernel"].iloc[0]
+    assert k["n_fits"] == 4 and k["n_solved"] == 1 and k["solved_fraction"] == 0.25
+    assert 0 < k["solved_ci_low"] < 0.25 < k["solved_ci_high"] < 1
+    sm = s[s["model"] == "softmax"].iloc[0]
+    assert np.isnan(sm["rank"]) and sm["solved_fraction"] == 1.0 and sm["solved_ci_high"] == 1.0
+    with pytest.raises(ValueError, match="not in the results"):
+        summarize_sweep(df, by=["nope"])
+
+
+def test_out_folder_resume_and_extension(tmp_path, data):
+    X, y = data
+    est = MemorizingRegressor()
+    res = rank_sweep(est, X, y, ranks=[2, 4], seeds=[0, 1], out=tmp_path, progress=False)
+    files = sorted(res.path.glob("fit-*.json"))
+    assert len(files) == 4 and res.path.parent == tmp_path
+    assert (res.path / "config.json").exists()
+    stamps = {f.name: f.stat().st_mtime_ns for f in files}
+    again = rank_sweep(est, X, y, ranks=[2, 4], seeds=[0, 1], out=tmp_path, progress=False)
+    assert again.n_computed == 0 and again.n_resumed == 4 and again.path == res.path
+    pd.testing.assert_frame_equal(again.results, res.results)
+    more = rank_sweep(est, X, y, ranks=[2, 4, 8], seeds=[0, 1, 2], out=tmp_path,
+                      progress=False)
+    assert more.n_resumed == 4 and more.n_computed == 5 and len(more.results) == 9
+    assert {f.name: f.stat().st_mtime_ns for f in files} == stamps
+    assert len(load_sweep(tmp_path)) == 9 and len(load_sweep(res.path)) == 9
+    # a different configuration goes to a different run folder
+    other = rank_sweep(MemorizingRegressor(solve_from=2), X, y, ranks=[2], seeds=[0],
+                       out=tmp_path, progress=False)
+    assert other.path != res.path and other.n_computed == 1
+
+
+_KILL_SCRIPT = """
+import sys, time
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin
+from minip_learn.datasets import make_minip
+from minip_learn.model_selection import rank_sweep
+
+class MemorizingRegressor(RegressorMixin, BaseEstimator):
+    def __init__(self, rank=1, *, solve_from=4, sleep=0.0, nonnegative=True,
+                 random_state=None, device="cpu"):
+        self.rank = rank
+        self.solve_from = solve_from
+        self.sleep = sleep
+        self.nonnegative = nonnegative
+        self.random_state = random_state
+        self.device = device
+
+    def fit(self, X, y):
+        time.sleep(self.sleep)
+        self.y_ = np.asarray(y, dtype=float)
+        return self
+
+    def predict(self, X):
+        return self.y_ + (0.0 if self.rank >= self.solve_from else 0.7)
+
+X, y = make_minip(24, seq_len=2, n_bits=6, random_state=0)
+rank_sweep(MemorizingRegressor(sleep=float(sys.argv[2])), X, y, ranks=[1, 2, 4, 8],
+           seeds=[0, 1, 2], out=sys.argv[1], name="killme", progress=False)
+"""
+
+
+def test_resume_after_kill(tmp_path):
+    script = tmp_path / "sweep.py"
+    script.write_text(_KILL_SCRIPT)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, str(script), str(out), "0.25"])
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if len(list(out.glob("*/fit-*.json"))) >= 3 or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    finished = {f.name: f.read_text() for f in out.glob("*/fit-*.json")}
+    assert 3 <= len(finished) < 12, "the sweep should have been killed mid-way"
+    # the same sweep, rerun here with the class of the script
+    ns = {"__name__": "killtest"}
+    exec(_KILL_SCRIPT.split("X, y =")[0], ns)
+    from minip_learn.datasets import make_minip as mk
+    X, y = mk(24, seq_len=2, n_bits=6, random_state=0)
+    res = rank_sweep(ns["MemorizingRegressor"](sleep=0.25), X, y, ranks=[1, 2, 4, 8],
+                     seeds=[0, 1, 2], out=out, name="killme", progress=False)
+    assert len(res.results) == 12 and res.results["fit_id"].is_unique
+    assert res.n_resumed == len(finished) and res.n_computed == 12 - len(finished)
+    files = list(out.glob("*/fit-*.json"))
+    assert len(files) == 12 and not list(out.glob("*/.tmp-*"))
+    for f in files:  # finished fits were not refit (rows byte-identical)
+        if f.name in finished:
+            assert f.read_text() == finished[f.name]
+    pids = set(res.results["pid"])
+    assert os.getpid() in pids and len(pids) == 2  # the killed process and this one
+
+
+def test_certified_bound_violation_raises(data):
+    X, y = data
+    with pytest.raises(RuntimeError, match=r"certified minimum\s+rank is 8.*bug"):
+        rank_sweep(MemorizingRegressor(solve_from=2), X, y, ranks=[4], seeds=[0],
+                   certified_min_rank=8, progress=False)
+    res = rank_sweep(MemorizingRegressor(solve_from=8), X, y, ranks=[4, 8], seeds=[0],
+                     certified_min_rank=8, progress=False)
+    assert res.results["below_certified_bound"].tolist() == [True, False]
+    assert res.results["solved"].tolist() == [False, True]
+    # signed kernels (THEORY R7) are outside the theorem: recorded, not an error
+    res = rank_sweep(MemorizingRegressor(solve_from=2, nonnegative=False), X, y, ranks=[4],
+                     seeds=[0], certified_min_rank=8, progress=False)
+    assert res.results["solved"].tolist() == [True]
+
+
+def test_loky_parallel_and_device_assignment(data):
+    X, y = data
+    res = rank_sweep(MemorizingRegressor(), X, y, ranks=[1, 2, 4], seeds=[0, 1], n_jobs=2,
+                     devices=["cpu", "cpu"], progress=False)
+    df = res.results
+    assert len(df) == 6 and (df["device"] == "cpu").all() and (df["n_threads"] == 1).all()
+    assert os.getpid() not in set(df["pid"])
+    assert df["solved"].tolist() == [False, False, False, False, True, True]
+
+
+def test_devices_resolution_and_cuda_error(monkeypatch, data):
+    import torch
+
+    assert _resolve_devices(None) is None
+    assert _resolve_devices("cpu") == ["cpu"]
+    assert _assign_devices(["cuda:0", "cuda:1"], 5) == [
+        "cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]
+    assert _assign_devices(None, 2) == [None, None]
+    with pytest.raises(ValueError, match="not a valid torch device"):
+        _resolve_devices("gpu!")
+    with pytest.raises(ValueError, match="not supported"):
+        _resolve_devices(["cpu", "meta"])
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    X, y = data
+    t0 = time.perf_counter()
+    for devices in ("cuda", ["cpu", "cuda:1"]):
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            rank_sweep(MemorizingRegressor(sleep=5), X, y, ranks=[1], seeds=[0],
+                       devices=devices, progress=False)
+    assert time.perf_counter() - t0 < 2  # at once, no fit started
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert _resolve_devices("cuda") == ["cuda:0", "cuda:1"]
+    with pytest.raises(ValueError, match="does not exist"):
+        _resolve_devices("cuda:2")
+
+
+def test_validation_errors(data):
+    X, y = data
+    est = MemorizingRegressor()
+    with pytest.raises(ValueError, match="invalid parameter"):
+        rank_sweep(est, X, y, param_grid={"nope": [1]}, progress=False)
+    with pytest.raises(ValueError, match="not both"):
+        rank_sweep(est, X, y, ranks=[1], param_grid={"rank": [2]}, progress=False)
+    with pytest.raises(ValueError, match="seeds="):
+        rank_sweep(est, X, y, param_grid={"random_state": [2]}, progress=False)
+    with pytest.raises(ValueError, match="duplicates"):
+        rank_sweep(est, X, y, ranks=[1, 1], progress=False)
+    with pytest.raises(ValueError, match="threads_per_fit"):
+        rank_sweep(est, X, y, ranks=[1], threads_per_fit=0, progress=False)
+
+
+def test_param_grid_and_tags(data):
+    X, y = data
+    res = rank_sweep(MemorizingRegressor(), X, y, ranks=[2, 4],
+                     param_grid={"solve_from": [2, 8]}, seeds=[0], tags={"model": "fake"},
+                     progress=False)
+    df = res.results
+    assert len(df) == 4 and (df["model"] == "fake").all()
+    assert set(res.summary.columns) >= {"model", "rank", "solve_from"}
+    assert len(res.summary) == 4
+
+
+def test_gridsearchcv_path_matches_rank_sweep(data):
+    X, y = data
+    est = MemorizingRegressor()
+    search = GridSearchCV(est, {"rank": [2, 4], "random_state": [0, 1]}, cv=FullSetSplit(),
+                          scoring=get_scorers(), refit=False).fit(X, y)
+    cv = cv_results_to_frame(search.cv_results_)
+    sw = rank_sweep(est, X, y, ranks=[2, 4], seeds=[0, 1], progress=False).results
+    cv = cv.sort_values(["rank", "seed"]).reset_index(drop=True)
+    for col in ("rank", "seed", "solved", "exact_match", "max_abs_error", "token_accuracy"):
+        assert cv[col].tolist() == sw[col].tolist(), col
+    s = summarize_sweep(cv)
+    assert s["solved_fraction"].tolist() == [0.0, 1.0]
+
+
+def test_dask_backend_on_local_cluster(data):
+    distributed = pytest.importorskip("dask.distributed")
+    X, y = data
+    est = KernelAttentionRegressor(max_epochs=5)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        worker_pids = set(client.run(os.getpid).values())
+        with parallel_config(backend="dask"):
+            res = rank_sweep(est, X, y, ranks=[1, 2], seeds=[0, 1], progress=False)
+    df = res.results
+    assert len(df) == 4 and df["fit_id"].is_unique
+    assert set(df["pid"]) <= worker_pids
+    assert (df["n_epochs"] <= 5).all()
+
+
+def test_rows_on_disk_are_json(tmp_path, data):
+    X, y = data
+    res = rank_sweep(MemorizingRegressor(), X, y, ranks=[4], seeds=[3], out=tmp_path,
+                     name="my run", progress=False)
+    assert res.path.name.startswith("my_run-")
+    (f,) = res.path.glob("fit-*.json")
+    row = json.loads(f.read_text())
+    assert row["rank"] == 4 and row["seed"] == 3 and row["solved"] is True
+    assert Path(f).name == f"fit-{row['fit_id']}.json"
