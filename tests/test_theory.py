@@ -346,3 +346,103 @@ def test_training_below_the_certified_bound_never_solves():
         ).fit(s.X, s.y)
         assert not est.solved_
         assert solved(s.y, est.predict(s.X)) == 0.0
+
+
+# --------------------------------------------------------------------------- review regressions
+@pytest.mark.parametrize("N", [3, 4, 5])
+def test_r4_holds_when_the_far_key_is_the_query_itself(N):
+    # z = x: S2 = (x, ..., x), S3 = (x, y, x, ..., x); the bound reads
+    # alpha(x, x) / alpha(x, y) < 1/((N-2)(g-1)) with g = |x| - <x, y>
+    x = np.array([1, 1, 1, 1, 0, 0], dtype=np.uint8)
+    y = np.array([1, 0, 0, 0, 1, 1], dtype=np.uint8)
+    g = int(x @ x) - int(x @ y)
+    X = np.array([[x] + [y] * (N - 1), [x] * N, [x, y] + [x] * (N - 2)])
+    from minip_learn.theory import family_constraints
+
+    tokens, edges, overlap = family_constraints(X[:, ::-1])
+    (q,) = edges
+    assert (tokens[q] == x).all()
+    ((a, b, K),) = edges[q]
+    assert (tokens[a] == y).all() and (tokens[b] == x).all() and K == (N - 2) * (g - 1)
+    # brute force: every solving configuration obeys the bound (a_z = a_x here)
+    rng = np.random.RandomState(N)
+    n, t = 200000, int(x @ y)
+    ax, ay = np.exp(rng.uniform(-6, 3, size=(2, n)))
+    Px, Py = t + g + rng.uniform(-0.5, 0.5, n), t + rng.uniform(-0.5, 0.5, n)
+    o1, o2, o3 = _outputs(N, (ax, ay, ax), (Px, Py, Px))
+    ok = (abs(o1 - t) < 0.5) & (abs(o2 - t - g) < 0.5) & (abs(o3 - t) < 0.5)
+    assert ok.sum() > 0
+    assert (ax[ok] / ay[ok] < 1 / K).all()
+
+
+def test_r5_dominance_rule_is_strict_enough():
+    # row sums of the bounds exactly 1: still full rank, because every entry is
+    # strictly below its bound
+    for n in (2, 3, 5):
+        eps = Fraction(1, n - 1)
+        assert approximate_identity_rank_bound(n, eps) == n
+        B = np.full((n, n), float(eps) * (1 - 1e-9))
+        np.fill_diagonal(B, 1.0)
+        assert np.linalg.matrix_rank(B) == n
+    # the Frobenius value n^2/(n + sum eps^2) is never counted as reached: r > value
+    h = Fraction(1, 2)
+    E = np.array([[0, 1, h, h], [1, 0, h, h], [h, h, 0, 0], [h, h, 0, 0]], dtype=object)
+    r, v = approximate_identity_rank_bound(4, E, return_value=True)
+    assert v == 2 and r == 3
+
+
+@pytest.mark.parametrize(
+    "blocks,n_bits,N,gap",
+    [
+        ([(8, False)], 8, 3, None),
+        ([(8, False)], 8, 5, 2),
+        ([(12, False)], 12, 4, 3),
+        ([(16, False)], 16, 3, 4),
+    ],
+)
+def test_non_exact_designs_certify_at_least_the_analytic_bound(blocks, n_bits, N, gap):
+    # without padding every key is another query: certify may find more, never less
+    from minip_learn.datasets._witness import _materialise
+    from minip_learn.theory import witness_denominators
+
+    an = product_code_bound(blocks, N, ladder_gap=gap, n_bits=n_bits)
+    assert not an["exact"]
+    words = product_code(blocks, n_bits=n_bits)
+    _, steps, _ = witness_denominators(words, N, ladder_gap=gap)
+    X = _materialise(words, N, gap, steps)
+    assert X.shape[1:] == (N, n_bits) and len(X) == an["n_sequences"]
+    assert certify(X) >= an["rank"]
+
+
+def _independent_product_bound(block_orders, N, gap):
+    """R5 integer of the full-Hadamard product design, recomputed from scratch."""
+    hist = {0: 1}
+    for h in block_orders:
+        new = {}
+        for d, c in hist.items():
+            for e, k in ((0, 1), (h // 4, 2 * h - 4), (h // 2, 1)):
+                new[d + e] = new.get(d + e, 0) + c * k
+        hist = new
+    hist[0] -= 1
+    n = int(np.prod([2 * h - 2 for h in block_orders]))
+
+    def K(d):
+        best, t = 0, 0
+        while d - t * gap >= 2:
+            best = max(best, ((N - 2) * (gap - 1)) ** t * (N - 2) * (d - t * gap - 1))
+            t += 1
+        return best
+
+    assert all(K(d) >= 1 for d, c in hist.items() if c)   # every pair constrained
+    S = sum(Fraction(c, K(d) ** 2) for d, c in hist.items() if c)
+    R = sum(Fraction(c, K(d)) for d, c in hist.items() if c)
+    return n if R <= 1 else min(n, int(Fraction(n) / (1 + S)) + 1)
+
+
+def test_bound_table_headline_is_recomputed_independently():
+    t = bound_table(n_bits=[64], seq_len=[3], as_frame=False)
+    assert t["certified_min_rank"] == [2802]
+    assert t["construction"] == ["H16 x H16 x H16 x H16"] and t["ladder_gap"] == [4]
+    assert sum(int(b[1:]) for b in t["construction"][0].split(" x ")) == 64   # no padding
+    assert _independent_product_bound([16] * 4, 3, 4) == 2802
+    assert _independent_product_bound([12, 12], 3, 10**6) == 18
