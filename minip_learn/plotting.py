@@ -1,0 +1,299 @@
+"""Figures of the phase transition (matplotlib).
+
+* :func:`plot_phase_transition` -- solved fraction and exact-match vs feature rank
+  (log2 axis), with the certified bound and the constructive rank as vertical lines and
+  dense softmax as a horizontal reference.
+* :func:`plot_length_transition` -- the same per sequence length (1, 2, 3, ...).
+* :func:`plot_kernel_heatmap` -- a fitted kernel head's matrix ``alpha(x_i, k_j)`` on a
+  witness suite's queries and designated keys (the approximate identity of THEORY R5).
+
+Each function draws on ``ax`` (a new figure when None) and returns the axes.
+:mod:`matplotlib.pyplot` is imported only when a function is called.
+"""
+
+import numpy as np
+
+__all__ = ["kernel_matrix", "plot_kernel_heatmap", "plot_length_transition", "plot_phase_transition"]
+
+
+def _axes(ax, figsize=(6.4, 4.2)):
+    if ax is None:
+        import matplotlib.pyplot as plt
+
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+def _split_reference(summary):
+    """Rows with a rank (kernel) and rows without one (softmax reference)."""
+    if "rank" not in summary:
+        raise ValueError("summary has no 'rank' column; pass summarize_sweep(...) output.")
+    has_rank = summary["rank"].notna()
+    return summary[has_rank], summary[~has_rank]
+
+
+def _series_label(row, columns):
+    parts = [str(row[c]) for c in columns if c in row and row[c] == row[c]]
+    return " ".join(parts)
+
+
+def plot_phase_transition(
+    summary,
+    *,
+    certified_min_rank=None,
+    constructive_rank=None,
+    show_exact_match=True,
+    ax=None,
+    title=None,
+):
+    """Solved fraction (with its confidence band) and exact-match vs feature rank.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        Output of :func:`~minip_learn.model_selection.summarize_sweep`: rows with a
+        ``rank`` are kernel fits (one line per ``feature_map``/``model``); rows whose
+        ``rank`` is missing (a softmax head) are drawn as horizontal references.
+    certified_min_rank : int, default=None
+        Drawn as a vertical line (no nonnegative kernel head below it can solve the
+        family). None reads it from the ``certified_min_rank`` column when present.
+    constructive_rank : int, default=None
+        Drawn as a vertical line (a rank that provably suffices, THEORY R3).
+    show_exact_match : bool, default=True
+        Also draw the mean sequence exact-match (dashed).
+    ax : matplotlib Axes, default=None
+    title : str, default=None
+
+    Returns
+    -------
+    ax : matplotlib Axes
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from minip_learn.plotting import plot_phase_transition
+    >>> summary = pd.DataFrame({
+    ...     "rank": [4, 16, 64, None], "solved_fraction": [0, 0, 1, 1],
+    ...     "solved_ci_low": [0, 0, .5, .5], "solved_ci_high": [.5, .5, 1, 1],
+    ...     "exact_match_mean": [.4, .7, 1, 1], "model": ["kernel"] * 3 + ["softmax"]})
+    >>> ax = plot_phase_transition(summary, certified_min_rank=17, constructive_rank=46)
+    >>> ax.get_xscale()
+    'log'
+    """
+    kernel, reference = _split_reference(summary)
+    ax = _axes(ax)
+    if certified_min_rank is None and "certified_min_rank" in summary:
+        vals = summary["certified_min_rank"].dropna()
+        certified_min_rank = int(vals.iloc[0]) if len(vals) else None
+    series_cols = [c for c in ("model", "feature_map", "seq_len") if c in kernel]
+    groups = kernel.groupby(series_cols, dropna=False, sort=False) if series_cols else [
+        ((), kernel)]
+    colors = iter(["C0", "C2", "C4", "C5", "C6", "C8", "C9"])
+    for key, g in groups:
+        g = g.sort_values("rank")
+        color = next(colors, None)
+        label = " ".join(str(k) for k in (key if isinstance(key, tuple) else (key,))
+                         if k == k) or "kernel"
+        r = g["rank"].to_numpy(float)
+        ax.plot(r, g["solved_fraction"], "o-", color=color, label=f"{label}: solved fraction")
+        if {"solved_ci_low", "solved_ci_high"} <= set(g):
+            ax.fill_between(r, g["solved_ci_low"], g["solved_ci_high"], color=color,
+                            alpha=0.15, linewidth=0)
+        if show_exact_match and "exact_match_mean" in g:
+            ax.plot(r, g["exact_match_mean"], "s--", color=color, alpha=0.7, markersize=4,
+                    label=f"{label}: exact-match")
+    for _, row in reference.iterrows():
+        label = _series_label(row, ("model", "estimator")) or "softmax"
+        n = f" ({int(row['n_solved'])}/{int(row['n_fits'])} seeds)" if "n_fits" in row else ""
+        ax.axhline(row["solved_fraction"], color="C3", linestyle="-", linewidth=1.5,
+                   label=f"{label}: solved fraction{n}")
+        if show_exact_match and "exact_match_mean" in row and row["exact_match_mean"] != row[
+                "solved_fraction"]:
+            ax.axhline(row["exact_match_mean"], color="C3", linestyle=":",
+                       label=f"{label}: exact-match")
+    if certified_min_rank is not None:
+        ax.axvline(certified_min_rank, color="k", linestyle="--", linewidth=1,
+                   label=f"certified bound r >= {certified_min_rank}")
+    if constructive_rank is not None:
+        ax.axvline(constructive_rank, color="0.5", linestyle="-.", linewidth=1,
+                   label=f"constructive rank {constructive_rank}")
+    ax.set_xscale("log", base=2)
+    ranks = sorted(set(kernel["rank"].astype(int)))
+    if ranks:
+        ax.set_xticks(ranks, [str(r) for r in ranks])
+        ax.minorticks_off()
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel("feature rank r (log2)")
+    ax.set_ylabel("fraction")
+    ax.set_title(title or "Phase transition: exact solving vs feature rank")
+    ax.legend(fontsize="small", loc="best")
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def plot_length_transition(summary, *, certified_min_rank=None, ax=None, title=None):
+    """Solved fraction vs rank, one line per sequence length (``seq_len`` column).
+
+    Lengths 1 and 2 are solved at rank 1 (THEORY R1); length 3 needs a rank above the
+    certified bound of its family.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        :func:`~minip_learn.model_selection.summarize_sweep` output with ``seq_len``
+        and ``rank`` columns.
+    certified_min_rank : int or dict, default=None
+        Certified bound (or ``{seq_len: bound}``) drawn as vertical lines; None reads
+        the ``certified_min_rank`` column when present.
+    ax : matplotlib Axes, default=None
+    title : str, default=None
+
+    Returns
+    -------
+    ax : matplotlib Axes
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from minip_learn.plotting import plot_length_transition
+    >>> summary = pd.DataFrame({"seq_len": [1, 1, 3, 3], "rank": [1, 8, 1, 8],
+    ...                         "solved_fraction": [1, 1, 0, 1]})
+    >>> len(plot_length_transition(summary).get_lines())
+    2
+    """
+    if "seq_len" not in summary:
+        raise ValueError("summary has no 'seq_len' column.")
+    kernel, _ = _split_reference(summary)
+    ax = _axes(ax)
+    bounds = {}
+    if isinstance(certified_min_rank, dict):
+        bounds = dict(certified_min_rank)
+    elif certified_min_rank is not None:
+        bounds = {None: certified_min_rank}
+    elif "certified_min_rank" in kernel:
+        for n, g in kernel.groupby("seq_len"):
+            vals = g["certified_min_rank"].dropna()
+            if len(vals) and vals.iloc[0] > 1:
+                bounds[n] = int(vals.iloc[0])
+    for i, (n, g) in enumerate(kernel.groupby("seq_len", sort=True)):
+        g = g.sort_values("rank")
+        r = g["rank"].to_numpy(float)
+        ax.plot(r, g["solved_fraction"], "o-", color=f"C{i}", label=f"seq_len = {n}")
+        if {"solved_ci_low", "solved_ci_high"} <= set(g):
+            ax.fill_between(r, g["solved_ci_low"], g["solved_ci_high"], color=f"C{i}",
+                            alpha=0.12, linewidth=0)
+    for n, b in bounds.items():
+        where = "" if n is None else f" (seq_len = {n})"
+        ax.axvline(b, color="k", linestyle="--", linewidth=1,
+                   label=f"certified bound r >= {b}{where}")
+    ax.set_xscale("log", base=2)
+    ranks = sorted(set(kernel["rank"].astype(int)))
+    if ranks:
+        ax.set_xticks(ranks, [str(r) for r in ranks])
+        ax.minorticks_off()
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel("feature rank r (log2)")
+    ax.set_ylabel("solved fraction")
+    ax.set_title(title or "Length transition: seq_len 1-2 at rank 1, seq_len 3 needs more")
+    ax.legend(fontsize="small", loc="best")
+    ax.grid(True, alpha=0.3)
+    return ax
+
+
+def kernel_matrix(estimator, queries, keys, *, normalize="diagonal"):
+    """Kernel matrix ``alpha(q_a, k_b)`` of a fitted kernel-attention estimator.
+
+    Parameters
+    ----------
+    estimator : fitted KernelAttentionRegressor
+        Its head is ``estimator.net_.module_`` (it must have ``kernel(queries, keys)``).
+    queries, keys : array-like of shape (n, n_bits)
+    normalize : {"diagonal", "row", None}, default="diagonal"
+        ``"diagonal"`` divides row ``a`` by ``alpha(q_a, k_a)`` (the matrix B of THEORY
+        R5: unit diagonal, off-diagonal below ``eps`` for a solving head); ``"row"``
+        divides by the row sum (attention weights); None returns the raw values (up to
+        a positive scale per row).
+
+    Returns
+    -------
+    K : ndarray of shape (n_queries, n_keys)
+    """
+    import torch
+
+    module = getattr(getattr(estimator, "net_", None), "module_", None)
+    if module is None or not hasattr(module, "kernel"):
+        raise ValueError("estimator must be a fitted kernel-attention estimator "
+                         "(its net_.module_ needs a kernel(queries, keys) method).")
+    param = next(module.parameters())
+    q = torch.as_tensor(np.asarray(queries), dtype=param.dtype, device=param.device)
+    k = torch.as_tensor(np.asarray(keys), dtype=param.dtype, device=param.device)
+    with torch.no_grad():
+        K = module.kernel(q, k).detach().cpu().to(torch.float64).numpy()
+    if normalize == "diagonal":
+        if K.shape[0] != K.shape[1]:
+            raise ValueError("normalize='diagonal' needs as many keys as queries.")
+        d = np.diag(K).copy()
+        d[d == 0] = np.nan
+        K = K / d[:, None]
+    elif normalize == "row":
+        s = K.sum(axis=1, keepdims=True)
+        s[s == 0] = np.nan
+        K = K / s
+    elif normalize is not None:
+        raise ValueError(f"normalize must be 'diagonal', 'row' or None; got {normalize!r}.")
+    return K
+
+
+def plot_kernel_heatmap(estimator, queries, keys, *, normalize="diagonal", log=True,
+                        ax=None, title=None):
+    """Heatmap of a fitted head's kernel on a suite's queries and designated keys.
+
+    For a witness suite (``suite.queries``, ``suite.designated_keys``) a solving
+    nonnegative head must make the diagonal-normalised matrix an approximate identity
+    (off-diagonal entries below ``eps``, THEORY R5); its rank is then at least the
+    certified bound.
+
+    Parameters
+    ----------
+    estimator : fitted KernelAttentionRegressor
+    queries, keys : array-like of shape (n, n_bits)
+    normalize : {"diagonal", "row", None}, default="diagonal"
+        See :func:`kernel_matrix`.
+    log : bool, default=True
+        Colour by ``log10`` of the (nonnegative) values.
+    ax : matplotlib Axes, default=None
+    title : str, default=None
+
+    Returns
+    -------
+    ax : matplotlib Axes
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_witness_suite
+    >>> from minip_learn.theory import exact_kernel_realization
+    >>> from minip_learn.plotting import plot_kernel_heatmap
+    >>> suite = make_witness_suite(construction="small")
+    >>> est = exact_kernel_realization(tokens=suite.tokens)
+    >>> ax = plot_kernel_heatmap(est, suite.queries, suite.designated_keys)
+    >>> ax.images[0].get_array().shape == (len(suite.queries),) * 2
+    True
+    """
+    K = kernel_matrix(estimator, queries, keys, normalize=normalize)
+    ax = _axes(ax, figsize=(5.2, 4.4))
+    label = {"diagonal": "alpha(x_i, k_j) / alpha(x_i, k_i)",
+             "row": "attention weight", None: "alpha(x_i, k_j)"}[normalize]
+    values = K
+    if log:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = np.log10(np.where(K > 0, K, np.nan))
+        floor = np.nanmin(values) if np.isfinite(values).any() else 0.0
+        values = np.where(np.isnan(values), floor, values)
+        label = f"log10 {label}"
+    im = ax.imshow(values, cmap="viridis", interpolation="nearest")
+    ax.figure.colorbar(im, ax=ax, label=label, shrink=0.85)
+    ax.set_xlabel("designated key k_j")
+    ax.set_ylabel("query x_i")
+    rank = getattr(estimator, "rank", None)
+    ax.set_title(title or f"Kernel matrix of a fitted head (rank {rank})")
+    return ax
