@@ -5,15 +5,41 @@ was expected, so that bad input never reaches torch as an opaque traceback.
 """
 
 import numbers
+import warnings
 
 import numpy as np
+import scipy.sparse as sp
+from sklearn.exceptions import DataConversionWarning
 
-__all__ = ["check_sequences", "check_targets", "check_binary", "check_int"]
+__all__ = [
+    "InputTypeError",
+    "check_binary",
+    "check_float",
+    "check_int",
+    "check_minip_targets",
+    "check_sequences",
+    "check_targets",
+]
+
+
+class InputTypeError(TypeError, ValueError):
+    """Raised for array entries that are not numbers (e.g. a dict in an object array).
+
+    It is both a :class:`ValueError` (what every bad input of this library raises) and a
+    :class:`TypeError` (what NumPy and scikit-learn raise for the same input).
+    """
 
 
 def _as_numeric_array(X, name):
     if X is None:
         raise ValueError(f"{name} is None; expected an array of token sequences.")
+    if sp.issparse(X):
+        raise ValueError(
+            f"{name} is a sparse {type(X).__name__}: sparse input is not supported; "
+            f"convert it with {name}.toarray()."
+        )
+    if hasattr(X, "detach") and hasattr(X, "cpu"):  # torch tensor, possibly on a GPU
+        X = X.detach().cpu().numpy()
     try:
         arr = np.asarray(X)
     except ValueError as exc:  # ragged nested lists
@@ -21,15 +47,20 @@ def _as_numeric_array(X, name):
             f"{name} could not be converted to a rectangular array ({exc}); "
             "every sequence must have the same length and every token the same number of bits."
         ) from None
-    if hasattr(X, "detach") and hasattr(X, "cpu"):  # torch tensor
-        arr = X.detach().cpu().numpy()
     if arr.dtype == object:
-        raise ValueError(
-            f"{name} has dtype object: sequences must have equal length and tokens equal "
-            "numbers of bits."
-        )
+        try:
+            arr = arr.astype(np.float64)
+        except TypeError as exc:
+            raise InputTypeError(
+                f"{name} has dtype object with non-numeric entries ({exc}); expected numbers."
+            ) from None
+        except ValueError:
+            raise ValueError(
+                f"{name} has dtype object: sequences must have equal length and tokens equal "
+                "numbers of bits, and every entry must be a number."
+            ) from None
     if arr.dtype.kind == "c":
-        raise ValueError(f"{name} is complex; expected real 0/1 tokens.")
+        raise ValueError(f"{name} is complex: Complex data not supported; expected real tokens.")
     if arr.dtype.kind not in "biuf":
         raise ValueError(f"{name} has non-numeric dtype {arr.dtype}; expected 0/1 tokens.")
     return arr
@@ -64,6 +95,7 @@ def check_sequences(X, *, name="X", allow_2d=False, binary=False):
         ``binary=True``) values other than 0 and 1.
     """
     arr = _as_numeric_array(X, name)
+    shape = arr.shape
     was_2d = False
     if arr.ndim == 2 and allow_2d:
         arr = arr[:, None, :]
@@ -72,16 +104,28 @@ def check_sequences(X, *, name="X", allow_2d=False, binary=False):
         expected = "3 (n_samples, seq_len, n_bits)"
         if allow_2d:
             expected += " or 2 (n_samples, n_bits)"
+        hint = ""
+        if allow_2d and arr.ndim == 1:
+            hint = (
+                " Reshape your data either using array.reshape(-1, 1) if your data has a "
+                "single feature or array.reshape(1, -1) if it contains a single sample."
+            )
         raise ValueError(
-            f"{name} must have ndim {expected}; got ndim={arr.ndim} with shape {arr.shape}."
+            f"{name} must have ndim {expected}; got ndim={arr.ndim} with shape {shape}.{hint}"
         )
     n_samples, seq_len, n_bits = arr.shape
     if n_samples == 0:
-        raise ValueError(f"{name} is empty: it has 0 samples (shape {arr.shape}).")
+        raise ValueError(
+            f"{name} is empty: found array with 0 sample(s) (shape={shape}) while a "
+            "minimum of 1 is required."
+        )
     if seq_len == 0:
-        raise ValueError(f"{name} has seq_len=0 (shape {arr.shape}); sequences need >= 1 token.")
+        raise ValueError(f"{name} has seq_len=0 (shape {shape}); sequences need >= 1 token.")
     if n_bits == 0:
-        raise ValueError(f"{name} has n_bits=0 (shape {arr.shape}); tokens need >= 1 bit.")
+        raise ValueError(
+            f"{name} has n_bits=0: found array with 0 feature(s) (shape={shape}) while a "
+            "minimum of 1 is required; tokens need >= 1 bit."
+        )
     if arr.dtype.kind == "f" and not np.isfinite(arr).all():
         raise ValueError(f"{name} contains NaN or infinite values.")
     if binary:
@@ -110,6 +154,12 @@ def check_targets(y, n_samples, seq_len, *, was_2d=False, name="y"):
     arr = _as_numeric_array(y, name)
     if was_2d:
         if arr.ndim == 2 and arr.shape[1] == 1:
+            warnings.warn(
+                "A column-vector y was passed when a 1d array was expected. Please change "
+                "the shape of y to (n_samples,), for example using ravel().",
+                DataConversionWarning,
+                stacklevel=3,
+            )
             arr = arr[:, 0]
         expected = (n_samples,)
     else:
@@ -148,3 +198,57 @@ def check_float(value, name, *, min_value=None, strict=False, max_value=None):
     if max_value is not None and value > max_value:
         raise ValueError(f"{name} must be <= {max_value}; got {value}.")
     return value
+
+
+def check_minip_targets(X, y, *, name="y"):
+    """Require Min-IP data: 0/1 tokens ``X`` and ``y`` equal to its exact Min-IP targets.
+
+    The estimators are general regressors over real token vectors and accept any finite
+    real targets; this stricter check is what ``fit(..., check_minip=True)`` adds for
+    data that is meant to be a Min-IP family (THEORY §1: ``t_i = min_j <x_i, x_j>``,
+    an integer in ``0..n_bits``).
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, seq_len, n_bits)
+        Validated sequences (see :func:`check_sequences`).
+    y : ndarray of shape (n_samples, seq_len)
+        Validated finite targets (see :func:`check_targets`).
+    name : str, default="y"
+
+    Raises
+    ------
+    ValueError
+        Naming the first problem found: non-binary tokens, negative targets,
+        non-integer targets, targets above ``n_bits``, or targets that are not the
+        Min-IP targets of ``X``.
+    """
+    check_binary(X, name="X")
+    y = np.asarray(y, dtype=np.float64)
+    n_bits = X.shape[2]
+    if (y < 0).any():
+        raise ValueError(
+            f"{name} contains {int((y < 0).sum())} negative target(s), e.g. {y[y < 0][0]!r}; "
+            f"Min-IP targets are inner products of 0/1 tokens, integers in 0..{n_bits}."
+        )
+    frac = y != np.rint(y)
+    if frac.any():
+        raise ValueError(
+            f"{name} contains {int(frac.sum())} non-integer target(s), e.g. {y[frac][0]!r}; "
+            f"Min-IP targets are integers in 0..{n_bits}."
+        )
+    if (y > n_bits).any():
+        raise ValueError(
+            f"{name} contains target(s) above n_bits={n_bits}, e.g. {y[y > n_bits][0]!r}; "
+            f"Min-IP targets are integers in 0..{n_bits}."
+        )
+    Xf = X.astype(np.float64, copy=False)
+    exact = np.rint(np.matmul(Xf, Xf.transpose(0, 2, 1))).min(axis=2)
+    wrong = y != exact
+    if wrong.any():
+        s, i = np.argwhere(wrong)[0]
+        raise ValueError(
+            f"{name} is not the Min-IP target of X at {int(wrong.sum())} position(s), e.g. "
+            f"sequence {s}, position {i}: {name}={y[s, i]!r} but min_j <x_i, x_j> = "
+            f"{int(exact[s, i])} (see minip_learn.datasets.minip_targets)."
+        )

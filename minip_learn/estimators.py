@@ -5,9 +5,29 @@ The estimators are thin: ``__init__`` stores friendly hyperparameters (``rank=``
 :class:`~minip_learn._skorch.MinIPNet` around the torch head of :mod:`minip_learn.nn`,
 and lets skorch train it. The fitted skorch net is ``net_`` (history, ``module_``,
 ``save_params``...).
+
+Persistence
+-----------
+``pickle`` and ``joblib.dump``/``joblib.load`` store the whole fitted estimator
+(hyperparameters, fitted attributes such as ``n_bits_`` and ``vocabulary_``, the trained
+head, the optimizer state and the history) and give bitwise-identical predictions after
+loading. A model fitted on a GPU loads on a CPU-only machine: skorch maps its tensors
+to the CPU (with a ``skorch.exceptions.DeviceWarning``) and predictions run there; the
+``device`` hyperparameter keeps its fitted value, so refit there with
+``set_params(device="cpu")``.
+
+skorch's ``est.net_.save_params(f_params=...)`` / ``load_params`` store only torch
+state (module weights and, if asked, optimizer, criterion and history). They do **not**
+store the estimator's hyperparameters, its fitted attributes (``n_bits_``,
+``seq_len_``, ``vocabulary_``, ``solved_``, ``train_max_error_``, ``n_epochs_``) or the
+architecture: to load them, build an estimator with the same hyperparameters, fit it
+on data with the same ``n_bits`` (and, for ``feature_map="table"``, the same
+vocabulary; ``max_epochs=1`` is enough) and then call ``est.net_.load_params``. Prefer
+pickle/joblib for a complete round trip.
 """
 
 import numbers
+import os
 
 import numpy as np
 import torch
@@ -16,7 +36,14 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
 from ._skorch import MinIPNet, StopWhenSolved
-from ._validation import check_binary, check_float, check_int, check_sequences, check_targets
+from ._validation import (
+    check_binary,
+    check_float,
+    check_int,
+    check_minip_targets,
+    check_sequences,
+    check_targets,
+)
 from .metrics import TOLERANCE, sequence_exact_match
 from .nn import KernelAttentionHead, SoftmaxAttentionHead, get_feature_map
 
@@ -24,6 +51,36 @@ __all__ = ["KernelAttentionRegressor", "SoftmaxAttentionRegressor"]
 
 _OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_NP_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
+
+#: Predictions are computed in chunks of sequences whose estimated working memory
+#: stays below this many bytes.
+PREDICT_CHUNK_BYTES = 2**28
+
+
+def _available_memory(device):
+    """Free memory (bytes) on ``device``, or None when it cannot be told."""
+    dev = torch.device(device)
+    try:
+        if dev.type == "cuda":
+            return int(torch.cuda.mem_get_info(dev)[0])
+        if dev.type == "cpu":
+            try:
+                import psutil
+
+                return int(psutil.virtual_memory().available)
+            except ImportError:
+                return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return None
+    return None
+
+
+def _is_out_of_memory(exc):
+    if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    msg = str(exc).lower()
+    return "out of memory" in msg or "can't allocate memory" in msg
 
 
 def _check_device(device):
@@ -87,32 +144,48 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
             self.seq_len_ = X3.shape[1]
         elif X3.shape[2] != self.n_bits_:
             raise ValueError(
-                f"X has n_bits={X3.shape[2]} per token, but {type(self).__name__} was "
-                f"fitted with n_bits={self.n_bits_}."
+                f"X has {X3.shape[2]} features, but {type(self).__name__} is expecting "
+                f"{self.n_bits_} features as input: X has n_bits={X3.shape[2]} per token, "
+                f"but the model was fitted with n_bits={self.n_bits_}."
             )
         return X3, was_2d
 
     def _to_tensor(self, arr, dtype, device):
-        return torch.as_tensor(np.ascontiguousarray(arr), dtype=dtype, device=device)
+        # np.array copies: torch gets a writable, C-contiguous array even for read-only
+        # (e.g. memory-mapped) input.
+        return torch.from_numpy(np.array(arr, dtype=_NP_DTYPES[dtype], order="C")).to(device)
 
     # -- sklearn API ---------------------------------------------------------------
-    def fit(self, X, y):
+    def fit(self, X, y, *, check_minip=False):
         """Fit the head on sequences ``X`` with per-token targets ``y``.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
-            Token sequences; a 2-D array is read as sequences of one token.
+            Token sequences of real token vectors; a 2-D array is read as sequences of
+            one token.
         y : array-like of shape (n_samples, seq_len) or (n_samples,)
-            Real targets, one per token (e.g. :func:`~minip_learn.datasets.minip_targets`).
+            Finite real targets, one per token (e.g.
+            :func:`~minip_learn.datasets.minip_targets`).
+        check_minip : bool, default=False
+            Also require Min-IP data: 0/1 tokens and ``y`` equal to the exact Min-IP
+            targets of ``X`` (integers in ``0..n_bits``); negative, fractional or wrong
+            targets then raise a ValueError. See
+            :func:`minip_learn._validation.check_minip_targets`.
 
         Returns
         -------
         self : object
             The fitted estimator.
         """
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None."
+            )
         X3, was_2d = self._validate_X(X, reset=True)
         y2 = check_targets(y, X3.shape[0], X3.shape[1], was_2d=was_2d)
+        if check_minip:
+            check_minip_targets(X3, y2)
         train = self._validate_training_params()
         module_params = self._module_params(X3)
         if self.callbacks is not None and not isinstance(self.callbacks, (list, tuple)):
@@ -195,15 +268,44 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         check_is_fitted(self, "net_")
         X3, was_2d = self._validate_X(X, reset=False)
         self._check_predict_tokens(X3)
-        Xt = self._to_tensor(X3, self.net_.dtype, self.net_.device)
+        n_samples, seq_len, _ = X3.shape
+        dtype, device = self.net_.dtype, self.net_.device
+        itemsize = torch.finfo(dtype).bits // 8
+        per_seq = self._predict_bytes_per_sequence(seq_len, itemsize)
+        free = _available_memory(device)
+        if free is not None and per_seq > free:
+            raise ValueError(
+                f"X has seq_len={seq_len}, which this model cannot take on {device}: one "
+                f"sequence needs about {per_seq / 2**30:.3g} GiB of working memory "
+                f"({self._predict_cost_note()}) but {free / 2**30:.3g} GiB are free."
+            )
+        chunk = int(max(1, min(n_samples, PREDICT_CHUNK_BYTES // max(per_seq, 1))))
+        out = []
         with torch.no_grad():
             self.net_.module_.eval()
-            out = torch.cat([
-                self.net_.infer(xb).detach().cpu() for xb, _ in self.net_.get_iterator(
-                    self.net_.get_dataset(Xt), training=False)
-            ])
-        out = out.to(torch.float64).numpy()
+            for start in range(0, n_samples, chunk):
+                xb = self._to_tensor(X3[start:start + chunk], dtype, device)
+                try:
+                    out.append(self.net_.infer(xb).detach().cpu())
+                except RuntimeError as exc:
+                    if not _is_out_of_memory(exc):
+                        raise
+                    raise ValueError(
+                        f"X has seq_len={seq_len}, which this model cannot take on {device}: "
+                        f"predicting ran out of memory ({self._predict_cost_note()})."
+                    ) from None
+        out = torch.cat(out).to(torch.float64).numpy()
         return out[:, 0] if was_2d else out
+
+    def _predict_bytes_per_sequence(self, seq_len, itemsize):
+        """Rough working memory of one sequence in a forward pass (linear in seq_len)."""
+        module = self.net_.module_
+        width = module.n_bits + 2 * getattr(module, "value_dim", module.n_bits)
+        width += 4 * getattr(module, "rank", 0) + 2 * getattr(module, "score_dim", 0)
+        return 4 * seq_len * width * itemsize
+
+    def _predict_cost_note(self):
+        return "the sketch makes the cost linear in seq_len"
 
     def _check_predict_tokens(self, X3):
         """Hook for heads that cannot take some tokens at predict time."""
@@ -225,10 +327,24 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         """
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported by the exact-match score.")
-        return sequence_exact_match(y, self.predict(X))
+        y_pred = self.predict(X)
+        X3, was_2d = check_sequences(X, allow_2d=True)
+        y2 = check_targets(y, X3.shape[0], X3.shape[1], was_2d=was_2d)
+        return sequence_exact_match(y2, y_pred.reshape(y2.shape))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
+        # X: (n_samples, seq_len, n_bits) sequences, or 2-D (n_samples, n_bits) read as
+        # single-token sequences; real, dense, finite.
+        tags.input_tags.two_d_array = True
+        tags.input_tags.three_d_array = True
+        tags.input_tags.sparse = False
+        tags.input_tags.allow_nan = False
+        # y: one target per token; (n_samples,) for 2-D X. Not generic multi-output.
+        tags.target_tags.required = True
+        tags.target_tags.single_output = True
+        tags.target_tags.multi_output = False
+        # fixed random_state -> bitwise-identical fits and predictions
         tags.non_deterministic = False
         return tags
 
@@ -468,3 +584,11 @@ dtype, device, random_state, verbose
             value_dim=check_int(self.value_dim, "value_dim", min_value=1, allow_none=True),
             temperature=check_float(self.temperature, "temperature", min_value=0.0, strict=True),
         )
+
+    def _predict_bytes_per_sequence(self, seq_len, itemsize):
+        # scores, softmax weights and their product: three (seq_len, seq_len) matrices
+        linear = super()._predict_bytes_per_sequence(seq_len, itemsize)
+        return linear + 3 * seq_len * seq_len * itemsize
+
+    def _predict_cost_note(self):
+        return "dense softmax attention builds seq_len x seq_len matrices"
