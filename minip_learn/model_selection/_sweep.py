@@ -185,9 +185,9 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
         if device is not None:
             set_params["device"] = device
         est.set_params(**set_params)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         est.fit(X, y)
-        fit_time = time.perf_counter() - t0
+        fit_time, fit_cpu_time = time.perf_counter() - t0, time.process_time() - c0
         t0 = time.perf_counter()
         raw = check_scoring(est, scoring=scoring)(est, X, y)
         score_time = time.perf_counter() - t0
@@ -235,6 +235,7 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
         n_epochs=int(getattr(est, "n_epochs_", -1)),
         train_max_error=float(getattr(est, "train_max_error_", float("nan"))),
         fit_time=fit_time,
+        fit_cpu_time=fit_cpu_time,
         score_time=score_time,
         device=str(all_params.get("device", device)),
         n_threads=n_threads,
@@ -385,7 +386,8 @@ def rank_sweep(
     result : :class:`~sklearn.utils.Bunch`
         ``results``: :class:`pandas.DataFrame`, one row per fit of the grid (swept
         parameters, ``seed``, ``feature_map``, the scores ``exact_match``,
-        ``token_accuracy``, ``solved``, ``max_abs_error``, ``n_epochs``, ``fit_time``,
+        ``token_accuracy``, ``solved``, ``max_abs_error``, ``n_epochs``, ``fit_time`` (wall),
+        ``fit_cpu_time``,
         ``device``, ...); ``summary``: :func:`summarize_sweep` of it; ``path``: the run
         folder (or None); ``n_computed`` and ``n_resumed``: fits computed in this call
         and read back from disk; ``config``; ``estimators``: ``{fit_id: estimator}``
