@@ -332,6 +332,14 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         y2 = check_targets(y, X3.shape[0], X3.shape[1], was_2d=was_2d)
         return sequence_exact_match(y2, y_pred.reshape(y2.shape))
 
+    def __setstate__(self, state):
+        # skorch has already restored ``net_``, mapping a GPU model to the CPU when
+        # CUDA is not available here (with a DeviceWarning); keep its device a string.
+        super().__setstate__(state)
+        net = self.__dict__.get("net_")
+        if net is not None and isinstance(getattr(net, "device", None), torch.device):
+            net.device = str(net.device)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         # X: (n_samples, seq_len, n_bits) sequences, or 2-D (n_samples, n_bits) read as
