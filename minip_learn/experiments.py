@@ -320,7 +320,7 @@ def _witness_figures(suite, summary, bound, constructive, kern):
         est = exact_kernel_realization(tokens=suite.tokens, seq_len=suite.X.shape[1])
         label = f"exact construction (R3), rank {est.rank}"
     ax = plot_kernel_heatmap(est, suite.queries, suite.designated_keys,
-                             title=f"alpha(x_i, k_j) / alpha(x_i, k_i): {label}")
+                             title=f"Kernel on queries x designated keys\n{label}")
     figs["kernel_heatmap"] = ax.figure
     return figs
 

@@ -81,7 +81,7 @@ def plot_phase_transition(
     'log'
     """
     kernel, reference = _split_reference(summary)
-    ax = _axes(ax)
+    ax = _axes(ax, figsize=(9.0, 4.4))
     if certified_min_rank is None and "certified_min_rank" in summary:
         vals = summary["certified_min_rank"].dropna()
         certified_min_rank = int(vals.iloc[0]) if len(vals) else None
@@ -126,7 +126,7 @@ def plot_phase_transition(
     ax.set_xlabel("feature rank r (log2)")
     ax.set_ylabel("fraction")
     ax.set_title(title or "Phase transition: exact solving vs feature rank")
-    ax.legend(fontsize="small", loc="best")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     ax.grid(True, alpha=0.3)
     return ax
 
@@ -164,7 +164,7 @@ def plot_length_transition(summary, *, certified_min_rank=None, ax=None, title=N
     if "seq_len" not in summary:
         raise ValueError("summary has no 'seq_len' column.")
     kernel, _ = _split_reference(summary)
-    ax = _axes(ax)
+    ax = _axes(ax, figsize=(8.5, 4.4))
     bounds = {}
     if isinstance(certified_min_rank, dict):
         bounds = dict(certified_min_rank)
@@ -195,7 +195,7 @@ def plot_length_transition(summary, *, certified_min_rank=None, ax=None, title=N
     ax.set_xlabel("feature rank r (log2)")
     ax.set_ylabel("solved fraction")
     ax.set_title(title or "Length transition: seq_len 1-2 at rank 1, seq_len 3 needs more")
-    ax.legend(fontsize="small", loc="best")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     ax.grid(True, alpha=0.3)
     return ax
 
@@ -280,7 +280,7 @@ def plot_kernel_heatmap(estimator, queries, keys, *, normalize="diagonal", log=T
     True
     """
     K = kernel_matrix(estimator, queries, keys, normalize=normalize)
-    ax = _axes(ax, figsize=(5.2, 4.4))
+    ax = _axes(ax, figsize=(6.0, 5.0))
     label = {"diagonal": "alpha(x_i, k_j) / alpha(x_i, k_i)",
              "row": "attention weight", None: "alpha(x_i, k_j)"}[normalize]
     values = K
