@@ -232,7 +232,8 @@ def witness_experiment(
         KernelAttentionRegressor(**cfg["kernel"]), suite.X, suite.y,
         ranks=list(cfg["ranks"]), seeds=list(cfg["seeds"]), certified_min_rank=bound,
         n_jobs=n_jobs, devices=devices, out=runs, name=f"{tag}-kernel",
-        tags={"model": "kernel"}, return_estimators=figures, progress=progress)
+        tags={"model": "kernel"}, return_estimators=figures,
+        save_estimators=figures and runs is not None, progress=progress)
     parts = [kern.results]
     if cfg["softmax_seeds"]:
         soft = rank_sweep(

@@ -29,6 +29,16 @@ from minip_learn.model_selection import (
 from minip_learn.model_selection._sweep import _assign_devices, _resolve_devices
 
 
+class _Module:
+    def __init__(self, nonnegative):
+        self.nonnegative = nonnegative
+
+
+class _Net:
+    def __init__(self, module):
+        self.module_ = module
+
+
 class MemorizingRegressor(RegressorMixin, BaseEstimator):
     """Instant stand-in: 'solves' its training set when ``rank >= solve_from``."""
 
@@ -45,8 +55,7 @@ class MemorizingRegressor(RegressorMixin, BaseEstimator):
         time.sleep(self.sleep)
         self.y_ = np.asarray(y, dtype=float)
         self.n_epochs_ = 7
-        module = type("Module", (), {"nonnegative": self.nonnegative})()
-        self.net_ = type("Net", (), {"module_": module})()
+        self.net_ = _Net(_Module(self.nonnegative))
         return self
 
     def predict(self, X):
@@ -300,3 +309,20 @@ def test_rows_on_disk_are_json(tmp_path, data):
     row = json.loads(f.read_text())
     assert row["rank"] == 4 and row["seed"] == 3 and row["solved"] is True
     assert Path(f).name == f"fit-{row['fit_id']}.json"
+
+
+def test_save_and_return_estimators(tmp_path, data):
+    X, y = data
+    kw = dict(ranks=[2, 4], seeds=[0], out=tmp_path, progress=False)
+    res = rank_sweep(MemorizingRegressor(), X, y, save_estimators=True, **kw)
+    assert len(list(res.path.glob("est-*.joblib"))) == 2 and not hasattr(res, "estimators")
+    again = rank_sweep(MemorizingRegressor(), X, y, return_estimators=True, **kw)
+    assert again.n_computed == 0 and set(again.estimators) == set(res.results["fit_id"])
+    est = again.estimators[res.results["fit_id"][1]]
+    assert est.rank == 4 and est.predict(X).shape == y.shape
+    mem = rank_sweep(MemorizingRegressor(), X, y, ranks=[2], seeds=[0, 1],
+                     return_estimators=True, progress=False)
+    assert [e.random_state for e in mem.estimators.values()] == [0, 1]
+    with pytest.raises(ValueError, match="needs an output folder"):
+        rank_sweep(MemorizingRegressor(), X, y, ranks=[2], save_estimators=True,
+                   progress=False)

@@ -31,6 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
+import joblib
 import numpy as np
 import pandas as pd
 from joblib import Parallel, delayed, effective_n_jobs
@@ -52,6 +53,7 @@ __all__ = [
 _GROUP_COLUMNS = ("model", "estimator", "feature_map", "seq_len", "rank")
 _FIT_PREFIX = "fit-"
 _TMP_PREFIX = ".tmp-"
+_EST_PREFIX = "est-"
 
 
 # -- small helpers ------------------------------------------------------------------
@@ -107,6 +109,13 @@ def _write_json_atomic(path, obj):
         json.dump(obj, fh, indent=1, default=repr)
         fh.flush()
         os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def _dump_atomic(path, obj):
+    path = Path(path)
+    tmp = path.with_name(f"{_TMP_PREFIX}{path.name}.{os.getpid()}")
+    joblib.dump(obj, tmp)
     os.replace(tmp, path)
 
 
@@ -316,6 +325,7 @@ def rank_sweep(
     name=None,
     tags=None,
     return_estimators=False,
+    save_estimators=False,
     progress=True,
 ):
     """Fit an estimator for every rank (and other parameter) and seed, on the full set.
@@ -377,7 +387,11 @@ def rank_sweep(
     tags : dict, default=None
         Constant columns added to every row (e.g. ``{"model": "kernel"}``).
     return_estimators : bool, default=False
-        Also return the fitted estimators of the fits computed in this call.
+        Also return the fitted estimators: those computed in this call, and those of
+        resumed fits that were saved with ``save_estimators=True``.
+    save_estimators : bool, default=False
+        With ``out``, also store each fitted estimator (:func:`joblib.dump`, file
+        ``est-<fit_id>.joblib``, written before the fit's row).
     progress : bool, default=True
         Show a :mod:`tqdm` progress bar over fits.
 
@@ -419,6 +433,8 @@ def rank_sweep(
     """
     from tqdm.auto import tqdm
 
+    if save_estimators and out is None:
+        raise ValueError("save_estimators=True needs an output folder out=.")
     scoring = get_scorers() if scoring is None else dict(scoring)
     if not scoring:
         raise ValueError("scoring must be None or a non-empty dict of scorers.")
@@ -476,15 +492,18 @@ def rank_sweep(
             parallel = Parallel(n_jobs=n_jobs, return_as="generator_unordered")
             results = parallel(
                 delayed(_fit_and_score)(estimator, X, y, p, s, dev, scoring, n_threads,
-                                        certified_min_rank, k, return_estimators)
+                                        certified_min_rank, k,
+                                        return_estimators or save_estimators)
                 for (p, s, k), dev in zip(todo, assigned)
             )
             for row, est in results:
                 row.update({k: _jsonable(v) for k, v in tags.items() if k not in row})
                 if folder is not None:
+                    if save_estimators:
+                        _dump_atomic(folder / f"{_EST_PREFIX}{row['fit_id']}.joblib", est)
                     _write_json_atomic(folder / f"{_FIT_PREFIX}{row['fit_id']}.json", row)
                 new_rows[row["fit_id"]] = row
-                if est is not None:
+                if return_estimators:
                     estimators[row["fit_id"]] = est
                 bar.update(1)
     finally:
@@ -506,6 +525,11 @@ def rank_sweep(
         config=config,
     )
     if return_estimators:
+        if folder is not None:
+            for k in done:
+                path = folder / f"{_EST_PREFIX}{k}.joblib"
+                if path.exists():
+                    estimators[k] = joblib.load(path)
         result.estimators = estimators
     return result
 
