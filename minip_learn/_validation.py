@@ -62,7 +62,9 @@ def _as_numeric_array(X, name):
     if arr.dtype.kind == "c":
         raise ValueError(f"{name} is complex: Complex data not supported; expected real tokens.")
     if arr.dtype.kind not in "biuf":
-        raise ValueError(f"{name} has non-numeric dtype {arr.dtype}; expected 0/1 tokens.")
+        raise ValueError(
+            f"{name} has non-numeric dtype {arr.dtype}; expected numbers (0/1 for Min-IP)."
+        )
     return arr
 
 
@@ -139,7 +141,7 @@ def check_binary(arr, *, name="X"):
         return
     bad = (arr != 0) & (arr != 1)
     if bad.any():
-        example = arr[bad].flat[0]
+        example = arr[bad].flat[0].item()
         raise ValueError(
             f"{name} must contain only 0/1 tokens; found {int(bad.sum())} other value(s), "
             f"e.g. {example!r}."
@@ -228,18 +230,18 @@ def check_minip_targets(X, y, *, name="y"):
     n_bits = X.shape[2]
     if (y < 0).any():
         raise ValueError(
-            f"{name} contains {int((y < 0).sum())} negative target(s), e.g. {y[y < 0][0]!r}; "
+            f"{name} contains {int((y < 0).sum())} negative target(s), e.g. {float(y[y < 0][0])!r}; "
             f"Min-IP targets are inner products of 0/1 tokens, integers in 0..{n_bits}."
         )
     frac = y != np.rint(y)
     if frac.any():
         raise ValueError(
-            f"{name} contains {int(frac.sum())} non-integer target(s), e.g. {y[frac][0]!r}; "
+            f"{name} contains {int(frac.sum())} non-integer target(s), e.g. {float(y[frac][0])!r}; "
             f"Min-IP targets are integers in 0..{n_bits}."
         )
     if (y > n_bits).any():
         raise ValueError(
-            f"{name} contains target(s) above n_bits={n_bits}, e.g. {y[y > n_bits][0]!r}; "
+            f"{name} contains target(s) above n_bits={n_bits}, e.g. {float(y[y > n_bits][0])!r}; "
             f"Min-IP targets are integers in 0..{n_bits}."
         )
     Xf = X.astype(np.float64, copy=False)
@@ -249,6 +251,6 @@ def check_minip_targets(X, y, *, name="y"):
         s, i = np.argwhere(wrong)[0]
         raise ValueError(
             f"{name} is not the Min-IP target of X at {int(wrong.sum())} position(s), e.g. "
-            f"sequence {s}, position {i}: {name}={y[s, i]!r} but min_j <x_i, x_j> = "
+            f"sequence {s}, position {i}: {name}={float(y[s, i])!r} but min_j <x_i, x_j> = "
             f"{int(exact[s, i])} (see minip_learn.datasets.minip_targets)."
         )

@@ -26,12 +26,15 @@ vocabulary; ``max_epochs=1`` is enough) and then call ``est.net_.load_params``. 
 pickle/joblib for a complete round trip.
 """
 
+import math
 import numbers
 import os
+import warnings
 
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
@@ -131,18 +134,17 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
             optimizer=_OPTIMIZERS[_check_choice(self.optimizer, "optimizer", _OPTIMIZERS)],
             dtype=_DTYPES[_check_choice(self.dtype, "dtype", _DTYPES)],
             device=_check_device(self.device),
+            verbose=(int(self.verbose) if isinstance(self.verbose, bool)
+                     else check_int(self.verbose, "verbose", min_value=0)),
             stop_tolerance=None if self.stop_tolerance is None else check_float(
                 self.stop_tolerance, "stop_tolerance", min_value=0.0, strict=True,
                 max_value=TOLERANCE),
         )
 
     def _validate_X(self, X, *, reset):
+        # fit sets n_bits_ & co. only once training succeeded (reset=True: no check)
         X3, was_2d = check_sequences(X, allow_2d=True)
-        if reset:
-            self.n_bits_ = X3.shape[2]
-            self.n_features_in_ = X3.shape[2]
-            self.seq_len_ = X3.shape[1]
-        elif X3.shape[2] != self.n_bits_:
+        if not reset and X3.shape[2] != self.n_bits_:
             raise ValueError(
                 f"X has {X3.shape[2]} features, but {type(self).__name__} is expecting "
                 f"{self.n_bits_} features as input: X has n_bits={X3.shape[2]} per token, "
@@ -201,13 +203,29 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
             torch.manual_seed(seed)
             net.initialize()
             net.partial_fit(Xt, yt)
-        self.net_ = net
-        self.n_epochs_ = len(net.history)
         with torch.no_grad():
             net.module_.eval()
             err = (net.infer(Xt) - yt).abs().max().item()
-        self.train_max_error_ = err if err == err else float("inf")
+        # Everything fitted is set together, after training: a fit that raises leaves
+        # the estimator as it was (unfitted, or fitted by the previous call).
+        self.__dict__.pop("vocabulary_", None)
+        vocab = module_params.get("feature_kwargs", {}).get("vocabulary")
+        if vocab is not None:
+            self.vocabulary_ = vocab
+        self.net_ = net
+        self.n_bits_ = self.n_features_in_ = X3.shape[2]
+        self.seq_len_ = X3.shape[1]
+        self.n_epochs_ = len(net.history)
+        self.train_max_error_ = err if math.isfinite(err) else float("inf")
         self.solved_ = self.train_max_error_ < TOLERANCE
+        if not math.isfinite(err):
+            warnings.warn(
+                f"Training diverged: the fitted {type(self).__name__} gives non-finite "
+                "outputs on its training set (solved_=False, train_max_error_=inf). Try a "
+                "smaller lr, dtype='float64' or a bounded feature_map.",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
         return self
 
     def _build_net(self, train, module_params, seed, module=None):
@@ -224,7 +242,7 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
             batch_size=-1 if train["batch_size"] is None else train["batch_size"],
             train_split=None,
             callbacks=callbacks,
-            verbose=self.verbose,
+            verbose=train["verbose"],
             device=train["device"],
             seed=seed,
             dtype=train["dtype"],
@@ -246,6 +264,7 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         net.initialize()
         self.net_ = net
         vocab = getattr(getattr(module, "query_features", None), "vocabulary", None)
+        self.__dict__.pop("vocabulary_", None)
         if vocab is not None:
             self.vocabulary_ = vocab.cpu().numpy().astype(np.uint8)
         self.n_bits_ = self.n_features_in_ = module.n_bits
@@ -482,8 +501,8 @@ class KernelAttentionRegressor(_AttentionRegressor):
         feature_kwargs = dict(self.feature_kwargs or {})
         if cls.requires_vocabulary:
             check_binary(X, name="X")
-            self.vocabulary_ = np.unique(X.reshape(-1, X.shape[2]), axis=0).astype(np.uint8)
-            feature_kwargs["vocabulary"] = self.vocabulary_
+            feature_kwargs["vocabulary"] = np.unique(
+                X.reshape(-1, X.shape[2]), axis=0).astype(np.uint8)
         return dict(
             n_bits=X.shape[2],
             rank=check_int(self.rank, "rank", min_value=1),
