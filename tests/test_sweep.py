@@ -113,9 +113,15 @@ def test_out_folder_resume_and_extension(tmp_path, data):
     assert len(files) == 4 and res.path.parent == tmp_path
     assert (res.path / "config.json").exists()
     stamps = {f.name: f.stat().st_mtime_ns for f in files}
+    dead = res.path / ".tmp-fit-x.json.999999999"  # left by a killed writer
+    alive = res.path / f".tmp-fit-y.json.{os.getpid()}"  # a live writer's
+    dead.write_text("{")
+    alive.write_text("{")
     again = rank_sweep(est, X, y, ranks=[2, 4], seeds=[0, 1], out=tmp_path, progress=False)
     assert again.n_computed == 0 and again.n_resumed == 4 and again.path == res.path
     pd.testing.assert_frame_equal(again.results, res.results)
+    assert not dead.exists() and alive.exists()
+    alive.unlink()
     more = rank_sweep(est, X, y, ranks=[2, 4, 8], seeds=[0, 1, 2], out=tmp_path,
                       progress=False)
     assert more.n_resumed == 4 and more.n_computed == 5 and len(more.results) == 9

@@ -119,6 +119,24 @@ def _dump_atomic(path, obj):
     os.replace(tmp, path)
 
 
+def _remove_stale_temporaries(folder):
+    """Delete temporary files left by writers that died (pid no longer alive here)."""
+    for tmp in folder.glob(f"{_TMP_PREFIX}*"):
+        try:
+            pid = int(tmp.name.rsplit(".", 1)[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            pass  # the writer is gone: the file is stale
+        except (ValueError, IndexError, PermissionError, OSError):
+            continue  # not ours, or alive (maybe another sweep on the same folder)
+        else:
+            continue
+        try:
+            tmp.unlink()
+        except OSError:  # pragma: no cover
+            pass
+
+
 def _resolve_devices(devices):
     """Validate ``devices`` and return the list of torch device strings (or None).
 
@@ -468,11 +486,7 @@ def rank_sweep(
     if out is not None:
         folder, config = _run_folder(out, name, estimator, X, y, swept, scoring)
         folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.glob(f"{_TMP_PREFIX}*"):
-            try:
-                stale.unlink()
-            except OSError:  # pragma: no cover - another process just replaced it
-                pass
+        _remove_stale_temporaries(folder)
         cfg_path = folder / "config.json"
         if not cfg_path.exists():
             _write_json_atomic(cfg_path, {**config, "repr": repr(estimator)})
