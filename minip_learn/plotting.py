@@ -178,10 +178,14 @@ def plot_length_transition(summary, *, certified_min_rank=None, ax=None, title=N
     for i, (n, g) in enumerate(kernel.groupby("seq_len", sort=True)):
         g = g.sort_values("rank")
         r = g["rank"].to_numpy(float)
-        ax.plot(r, g["solved_fraction"], "o-", color=f"C{i}", label=f"seq_len = {n}")
+        # identical curves (lengths 1 and 2 are both solved everywhere) stay visible:
+        # hollow markers shrinking with the length, dash patterns differing
+        ax.plot(r, g["solved_fraction"], marker="osD^v"[i % 5], markersize=max(4, 11 - 2.5 * i),
+                fillstyle="none" if i % 2 == 0 else "full", linestyle=["-", "--", ":"][i % 3],
+                color=f"C{i}", label=f"seq_len = {n}")
         if {"solved_ci_low", "solved_ci_high"} <= set(g):
             ax.fill_between(r, g["solved_ci_low"], g["solved_ci_high"], color=f"C{i}",
-                            alpha=0.12, linewidth=0)
+                            alpha=0.08, linewidth=0)
     for n, b in bounds.items():
         where = "" if n is None else f" (seq_len = {n})"
         ax.axvline(b, color="k", linestyle="--", linewidth=1,
