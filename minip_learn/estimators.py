@@ -29,6 +29,7 @@ pickle/joblib for a complete round trip.
 import math
 import numbers
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -55,6 +56,8 @@ __all__ = ["KernelAttentionRegressor", "SoftmaxAttentionRegressor"]
 _OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _NP_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
+
+_INIT_LOCK = threading.Lock()
 
 #: Predictions are computed in chunks of sequences whose estimated working memory
 #: stays below this many bytes.
@@ -199,10 +202,14 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         Xt = self._to_tensor(X3, train["dtype"], train["device"])
         yt = self._to_tensor(y2, train["dtype"], train["device"])
         cuda = [torch.device(train["device"])] if train["device"].startswith("cuda") else []
-        with torch.random.fork_rng(devices=cuda):
+        # Initialisation draws from torch's global generator: seed it inside fork_rng
+        # (the caller's RNG state is left alone) and under a lock, so that fits running
+        # in threads (joblib's threading backend, dask threads) cannot interleave their
+        # draws. Training itself uses only the net's own seeded shuffling generator.
+        with _INIT_LOCK, torch.random.fork_rng(devices=cuda):
             torch.manual_seed(seed)
             net.initialize()
-            net.partial_fit(Xt, yt)
+        net.partial_fit(Xt, yt)
         with torch.no_grad():
             net.module_.eval()
             err = (net.infer(Xt) - yt).abs().max().item()
