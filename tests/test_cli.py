@@ -1,7 +1,5 @@
 """Tests of the ``minip-learn`` command line and the reproduction recipes (tiny grids)."""
 
-import runpy
-import sys
 
 import pandas as pd
 import pytest
@@ -85,10 +83,12 @@ def test_parser():
         experiments.witness_experiment(nope=1)
 
 
-def test_python_dash_m_help(monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["minip-learn", "reproduce", "--help"])
+def test_python_dash_m_help(capsys):
+    import minip_learn.__main__ as dunder_main
+
+    assert dunder_main.main is main  # python -m minip_learn runs the CLI
     with pytest.raises(SystemExit) as exc:
-        runpy.run_module("minip_learn", run_name="__main__")
+        main(["reproduce", "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--quick" in out and "witness" in out
