@@ -3,7 +3,7 @@ Certified minimum rank against the number of bits
 =================================================
 
 The theorem says that the feature rank a nonnegative kernel head needs for length-3
-Min-IP grows as ``2^Omega(m)`` in the number of bits :math:`m`. The library
+Min-IP grows as ``2^Omega(m)`` in the number of bits ``m``. The library
 turns that into numbers in two ways:
 
 * :func:`~minip_learn.theory.bound_table` evaluates the witness designs (products of

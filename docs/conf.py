@@ -1,0 +1,138 @@
+"""Sphinx configuration of the minip_learn documentation.
+
+Build (offline, warnings are errors, examples executed)::
+
+    python -m sphinx -W --keep-going -b html docs docs/_build/html
+
+``MINIP_EXAMPLES_FAST=1`` in the environment shrinks every example's grid (what the
+test suite uses); without it the gallery runs each example's small default.
+"""
+
+import os
+import re
+import sys
+from pathlib import Path
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import minip_learn  # noqa: E402
+
+project = "minip_learn"
+author = "minip_learn developers"
+copyright = "minip_learn developers (BSD-3-Clause)"
+release = version = minip_learn.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "numpydoc",
+    "sphinx_gallery.gen_gallery",
+]
+
+templates_path = ["_templates"]
+exclude_patterns = ["_build", "README.md", "**.ipynb_checkpoints", "auto_examples/*.md5",
+                    "auto_examples/*.py", "auto_examples/*.ipynb", "auto_examples/*.zip"]
+root_doc = "index"
+default_role = "literal"
+pygments_style = "sphinx"
+
+# -- autodoc / autosummary / numpydoc ------------------------------------------------
+autosummary_generate = True
+autosummary_imported_members = False
+autodoc_default_options = {"members": False}
+autodoc_typehints = "none"
+numpydoc_show_class_members = False
+numpydoc_show_inherited_class_members = False
+numpydoc_class_members_toctree = False
+numpydoc_attributes_as_param_list = True
+numpydoc_xref_param_type = False
+
+# -- sphinx-gallery -------------------------------------------------------------------
+sphinx_gallery_conf = {
+    "examples_dirs": "../examples",
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "ignore_pattern": r"__init__\.py",
+    "backreferences_dir": "gen_modules/backreferences",
+    "doc_module": ("minip_learn",),
+    "reference_url": {"minip_learn": None},
+    "abort_on_example_error": True,
+    "image_scrapers": ("matplotlib",),
+    "within_subsection_order": "FileNameSortKey",
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "min_reported_time": 0,
+}
+
+# -- HTML -----------------------------------------------------------------------------
+html_theme = "pydata_sphinx_theme"
+html_title = f"minip_learn {release}"
+html_static_path = []
+html_theme_options = {
+    "navigation_with_keys": False,
+    "show_prev_next": True,
+    "icon_links": [],
+    "navbar_end": ["theme-switcher", "navbar-icon-links"],
+    "secondary_sidebar_items": ["page-toc"],
+}
+html_sidebars = {"**": ["sidebar-nav-bs"]}
+html_show_sourcelink = False
+html_copy_source = False
+
+
+# -- a public object missing from the API reference is a build warning ----------------
+PUBLIC_MODULES = [
+    "minip_learn",
+    "minip_learn.datasets",
+    "minip_learn.nn",
+    "minip_learn.theory",
+    "minip_learn.metrics",
+    "minip_learn.model_selection",
+    "minip_learn.plotting",
+    "minip_learn.experiments",
+    "minip_learn.cli",
+]
+
+
+def _check_api_reference(app):
+    import importlib
+
+    from sphinx.util import logging
+
+    logger = logging.getLogger("minip_learn.api")
+    text = (HERE / "api.rst").read_text()
+    listed = set()
+    module = None
+    for line in text.splitlines():
+        m = re.match(r"\.\. currentmodule:: (\S+)", line.strip())
+        if m:
+            module = m.group(1)
+            continue
+        m = re.match(r"^\s{3,}([A-Za-z_][\w.]*)\s*$", line)
+        if m and module and not line.strip().startswith(":"):
+            listed.add(f"{module}.{m.group(1)}")
+    for name in PUBLIC_MODULES:
+        mod = importlib.import_module(name)
+        for obj in getattr(mod, "__all__", []):
+            if obj.startswith("__"):
+                continue
+            value = getattr(mod, obj)
+            home = f"{name}.{obj}"
+            if not callable(value):  # data (TOLERANCE, SETTINGS ...): named in the text
+                if f"``{obj}" not in text:
+                    logger.warning(f"public data {home} is not mentioned in docs/api.rst")
+                continue
+            owner = getattr(value, "__module__", None)
+            # an object re-exported by a parent package may be listed under either name
+            candidates = {home}
+            if owner:
+                candidates.add(f"{owner}.{obj}")
+                candidates.update(f"{p}.{obj}" for p in PUBLIC_MODULES if owner.startswith(p))
+            if not candidates & listed:
+                logger.warning(f"public object {home} is missing from docs/api.rst")
+
+
+def setup(app):
+    app.connect("builder-inited", _check_api_reference)
