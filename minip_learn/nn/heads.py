@@ -118,23 +118,26 @@ class KernelAttentionHead(_Head):
     def features(self, x):
         """Query and key features ``(phi_Q, phi_K)``, each of shape (..., seq_len, rank).
 
-        Log-domain maps are shifted before exponentiation: by the max over features per
-        query token and by the max over the whole sequence for keys. Both shifts
-        multiply every kernel value of a query row by the same constant and so leave
-        the normalised attention unchanged, while keeping every feature <= 1.
+        Log-domain maps (``exp``, ``favor+``, ``table``) are exponentiated after a shift
+        that cancels exactly in the normalisation: with log-features ``lq``, ``lk`` and
+        the per-sequence, per-feature key maximum ``M_k = max_j lk_jk``,
+
+            phi_K(x_j)_k = exp(lk_jk - M_k),
+            phi_Q(x_i)_k = exp(lq_ik + M_k - c_i),   c_i = max_k (lq_ik + M_k),
+
+        so ``alpha'(x_i, x_j) = exp(-c_i) alpha(x_i, x_j)``: one positive constant per
+        query row, which the normalisation divides out. Every feature is <= 1 and the
+        denominator ``phi_Q(x_i)^T s >= 1`` (the feature attaining ``c_i`` meets the key
+        attaining ``M_k``), so nothing overflows and nothing underflows to the floor.
         """
-        if self.query_features.log_domain:
-            lq = self.query_features.log_features(x)
-            phi_q = torch.exp(lq - lq.amax(-1, keepdim=True).detach())
-        else:
-            phi_q = self.query_features(x)
-        if self.key_features.log_domain:
-            lk = self.key_features.log_features(x)
-            shift = lk.amax(dim=(-2, -1), keepdim=True).detach()
-            phi_k = torch.exp(lk - shift)
-        else:
-            phi_k = self.key_features(x)
-        return phi_q, phi_k
+        qf, kf = self.query_features, self.key_features
+        if qf.log_domain and kf.log_domain:
+            lq, lk = qf.log_features(x), kf.log_features(x)
+            M = lk.amax(-2, keepdim=True).detach()
+            a = lq + M
+            phi_q = torch.exp(a - a.amax(-1, keepdim=True).detach())
+            return phi_q, torch.exp(lk - M)
+        return qf(x), kf(x)
 
     def sketch(self, phi_k, v):
         """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v(x_j)^T`` (r x d), ``s = sum_j phi_K(x_j)``."""
@@ -173,9 +176,13 @@ class KernelAttentionHead(_Head):
         -------
         Tensor of shape (n_q, n_k)
         """
-        phi_q, _ = self.features(queries.unsqueeze(0))
-        _, phi_k = self.features(keys.unsqueeze(0))
-        return phi_q[0] @ phi_k[0].T
+        qf, kf = self.query_features, self.key_features
+        if qf.log_domain and kf.log_domain:
+            lq, lk = qf.log_features(queries), kf.log_features(keys)
+            M = lk.amax(0, keepdim=True)
+            a = lq + M
+            return torch.exp(a - a.amax(-1, keepdim=True)) @ torch.exp(lk - M).T
+        return qf(queries) @ kf(keys).T
 
 
 class SoftmaxAttentionHead(_Head):
