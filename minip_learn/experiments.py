@@ -28,6 +28,7 @@ from sklearn.utils import Bunch
 from .datasets import make_witness_suite, minip_targets
 from .estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from .model_selection import rank_sweep, summarize_sweep
+from .model_selection._sweep import _resolve_devices
 
 __all__ = ["SETTINGS", "EXPERIMENTS", "length_experiment", "markdown_table",
            "run_experiment", "witness_experiment"]
@@ -222,6 +223,7 @@ def witness_experiment(
     (['kernel', 'softmax'], True)
     """
     t0 = time.perf_counter()
+    _resolve_devices(devices)  # fail at once (e.g. CUDA asked for where there is none)
     cfg = _settings("witness", quick, settings)
     suite = make_witness_suite(**cfg["suite"])
     bound, constructive = int(suite.certified_min_rank), int(suite.constructive_rank)
@@ -380,6 +382,7 @@ def length_experiment(
     [[1, 1, 1]]
     """
     t0 = time.perf_counter()
+    _resolve_devices(devices)  # fail at once (e.g. CUDA asked for where there is none)
     cfg = _settings("length", quick, settings)
     suite = make_witness_suite(**cfg["suite"])
     runs = None if out is None else Path(out) / "runs"
