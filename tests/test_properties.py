@@ -157,17 +157,9 @@ def test_exp_type_maps_do_not_overflow_at_256_bits(feature_map, dtype):
     assert np.isfinite(est.predict(X)).all()
 
 
-_FAVOR_F32 = pytest.mark.xfail(strict=True, reason=(
-    "needs a fix in minip_learn/nn/heads.py (not owned here): KernelAttentionHead.features "
-    "shifts key log-features by one max over the whole sequence, so for favor+ in float32 "
-    "phi_Q(x_i)^T s can underflow to the floor; the gradient through num/floor then "
-    "overflows and training diverges. Shifting keys per feature (M_k = max_j lk_jk) and "
-    "queries by max_k(lq_ik + M_k) is exact and keeps the denominator >= 1."))
-
-
 @pytest.mark.parametrize("feature_map, dtype", [
-    ("exp", "float32"), ("exp", "float64"), ("favor+", "float64"), ("table", "float32"),
-    pytest.param("favor+", "float32", marks=_FAVOR_F32),
+    ("exp", "float32"), ("exp", "float64"), ("favor+", "float64"), ("favor+", "float32"),
+    ("table", "float32"),
 ])
 def test_exp_type_maps_train_without_overflow_at_256_bits(feature_map, dtype):
     X, y = _bits256()
