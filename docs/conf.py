@@ -64,6 +64,7 @@ sphinx_gallery_conf = {
     "download_all_examples": False,
     "remove_config_comments": True,
     "min_reported_time": 0,
+    "write_computation_times": False,  # that page loads CSS/JS from CDNs
 }
 
 # -- HTML -----------------------------------------------------------------------------
