@@ -72,7 +72,7 @@ def minip_gaps(X):
     >>> from minip_learn.datasets import minip_gaps
     >>> X = np.array([[[1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0]]])
     >>> minip_gaps(X)
-    array([[2, 0, 1]])
+    array([[2, 0, 2]])
     """
     X, _ = check_sequences(X, binary=True)
     if X.shape[1] < 3:
