@@ -195,24 +195,34 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         module_params = self._module_params(X3)
         if self.callbacks is not None and not isinstance(self.callbacks, (list, tuple)):
             raise ValueError(f"callbacks must be a list of skorch callbacks or None; got {self.callbacks!r}.")
+        n_init = check_int(self.n_init, "n_init", min_value=1)
         rng = check_random_state(self.random_state)
-        seed = int(rng.randint(np.iinfo(np.int32).max))
-
-        net = self._build_net(train, module_params, seed)
         Xt = self._to_tensor(X3, train["dtype"], train["device"])
         yt = self._to_tensor(y2, train["dtype"], train["device"])
         cuda = [torch.device(train["device"])] if train["device"].startswith("cuda") else []
-        # Initialisation draws from torch's global generator: seed it inside fork_rng
-        # (the caller's RNG state is left alone) and under a lock, so that fits running
-        # in threads (joblib's threading backend, dask threads) cannot interleave their
-        # draws. Training itself uses only the net's own seeded shuffling generator.
-        with _INIT_LOCK, torch.random.fork_rng(devices=cuda):
-            torch.manual_seed(seed)
-            net.initialize()
-        net.partial_fit(Xt, yt)
-        with torch.no_grad():
-            net.module_.eval()
-            err = (net.infer(Xt) - yt).abs().max().item()
+        net, err, init_errors = None, math.inf, []
+        for _ in range(n_init):
+            seed = int(rng.randint(np.iinfo(np.int32).max))
+            candidate = self._build_net(train, module_params, seed)
+            # Initialisation draws from torch's global generator: seed it inside fork_rng
+            # (the caller's RNG state is left alone) and under a lock, so that fits
+            # running in threads (joblib's threading backend, dask threads) cannot
+            # interleave their draws. Training itself uses only the net's own seeded
+            # shuffling generator.
+            with _INIT_LOCK, torch.random.fork_rng(devices=cuda):
+                torch.manual_seed(seed)
+                candidate.initialize()
+            candidate.partial_fit(Xt, yt)
+            with torch.no_grad():
+                candidate.module_.eval()
+                e = (candidate.infer(Xt) - yt).abs().max().item()
+            e = e if math.isfinite(e) else math.inf
+            init_errors.append(e)
+            if net is None or e < err:
+                net, err = candidate, e
+            stop = train["stop_tolerance"]
+            if stop is not None and err < stop:
+                break  # this initialisation reached the stopping margin: no restart
         # Everything fitted is set together, after training: a fit that raises leaves
         # the estimator as it was (unfitted, or fitted by the previous call).
         self.__dict__.pop("vocabulary_", None)
@@ -223,7 +233,8 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         self.n_bits_ = self.n_features_in_ = X3.shape[2]
         self.seq_len_ = X3.shape[1]
         self.n_epochs_ = len(net.history)
-        self.train_max_error_ = err if math.isfinite(err) else float("inf")
+        self.init_errors_ = init_errors
+        self.train_max_error_ = err
         self.solved_ = self.train_max_error_ < TOLERANCE
         if not math.isfinite(err):
             warnings.warn(
@@ -422,6 +433,13 @@ class KernelAttentionRegressor(_AttentionRegressor):
         Stop training once every training position is within ``stop_tolerance`` of its
         target (``<= 0.5``, the solving criterion; the default leaves a margin that
         generalises to held-out sequences). ``None`` always runs ``max_epochs``.
+    n_init : int, default=1
+        Number of initialisations (as in :class:`~sklearn.cluster.KMeans`): training
+        restarts from a new seeded initialisation until one reaches
+        ``stop_tolerance``, at most ``n_init`` times, and the run with the smallest
+        training max error is kept. Gradient training of attention heads is non-convex;
+        restarts are the honest cure for an unlucky initialisation, and the attempts
+        are recorded in ``init_errors_``.
     callbacks : list of skorch callbacks, default=None
         Extra skorch callbacks.
     dtype : {"float32", "float64"}, default="float32"
@@ -438,7 +456,9 @@ class KernelAttentionRegressor(_AttentionRegressor):
         The trained skorch net; ``net_.module_`` is the
         :class:`~minip_learn.nn.KernelAttentionHead`, ``net_.history`` the log.
     n_epochs_ : int
-        Epochs run.
+        Epochs run by the kept initialisation.
+    init_errors_ : list of float
+        Training max error reached by each initialisation tried (see ``n_init``).
     solved_ : bool
         Whether the fitted head solves its training set (every position within 1/2).
     train_max_error_ : float
@@ -476,6 +496,7 @@ class KernelAttentionRegressor(_AttentionRegressor):
         optimizer="adam",
         weight_decay=0.0,
         stop_tolerance=0.25,
+        n_init=1,
         callbacks=None,
         dtype="float32",
         device="cpu",
@@ -495,6 +516,7 @@ class KernelAttentionRegressor(_AttentionRegressor):
         self.optimizer = optimizer
         self.weight_decay = weight_decay
         self.stop_tolerance = stop_tolerance
+        self.n_init = n_init
         self.callbacks = callbacks
         self.dtype = dtype
         self.device = device
@@ -552,7 +574,7 @@ class SoftmaxAttentionRegressor(_AttentionRegressor):
         Softmax temperature ``tau`` (> 0).
     value_dim : int, default=None
         Dimension of the value map; ``None`` means ``n_bits``.
-    lr, max_epochs, batch_size, optimizer, weight_decay, stop_tolerance, callbacks, \
+    lr, max_epochs, batch_size, optimizer, weight_decay, stop_tolerance, n_init, callbacks, \
 dtype, device, random_state, verbose
         As in :class:`KernelAttentionRegressor`.
 
@@ -562,6 +584,7 @@ dtype, device, random_state, verbose
         The trained skorch net; ``net_.module_`` is the
         :class:`~minip_learn.nn.SoftmaxAttentionHead`.
     n_epochs_ : int
+    init_errors_ : list of float
     solved_ : bool
     train_max_error_ : float
     n_bits_, seq_len_, n_features_in_ : int
@@ -590,6 +613,7 @@ dtype, device, random_state, verbose
         optimizer="adam",
         weight_decay=0.0,
         stop_tolerance=0.25,
+        n_init=1,
         callbacks=None,
         dtype="float32",
         device="cpu",
@@ -605,6 +629,7 @@ dtype, device, random_state, verbose
         self.optimizer = optimizer
         self.weight_decay = weight_decay
         self.stop_tolerance = stop_tolerance
+        self.n_init = n_init
         self.callbacks = callbacks
         self.dtype = dtype
         self.device = device

@@ -98,6 +98,7 @@ FIT_CASES = {
     "dtype-unknown": (_params(dtype="float16"), ValueError, "dtype must be one of"),
     "stop-tolerance-above-half": (_params(stop_tolerance=0.7), ValueError, "stop_tolerance"),
     "stop-tolerance-0": (_params(stop_tolerance=0.0), ValueError, "stop_tolerance"),
+    "n-init-0": (_params(n_init=0), ValueError, "n_init must be >= 1"),
     "callbacks-not-list": (_params(callbacks="x"), ValueError, "callbacks must be a list"),
     "verbose-negative": (_params(verbose=-1), ValueError, "verbose must be >= 0"),
     "score-dim-0": (_params(S, score_dim=0), ValueError, "score_dim must be >= 1"),
