@@ -1,12 +1,7 @@
-import os
-
 import numpy as np
 import pytest
-import torch
 
-# Tiny models: intra-op threads only add contention (and CI has 2 cores).
-torch.set_num_threads(1)
-os.environ.setdefault("MPLBACKEND", "Agg")
+# torch threads and the matplotlib backend are set in the root conftest.py
 
 
 @pytest.fixture
