@@ -32,7 +32,18 @@ def _int_list(text):
 
 
 def build_parser():
-    """The :class:`argparse.ArgumentParser` of ``minip-learn``."""
+    """The :class:`argparse.ArgumentParser` of ``minip-learn``.
+
+    Returns
+    -------
+    parser : argparse.ArgumentParser
+
+    Examples
+    --------
+    >>> from minip_learn.cli import build_parser
+    >>> build_parser().parse_args(["reproduce", "witness", "--quick"]).quick
+    True
+    """
     from . import __version__
 
     parser = argparse.ArgumentParser(

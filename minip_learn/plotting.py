@@ -221,6 +221,17 @@ def kernel_matrix(estimator, queries, keys, *, normalize="diagonal"):
     Returns
     -------
     K : ndarray of shape (n_queries, n_keys)
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_witness_suite
+    >>> from minip_learn.plotting import kernel_matrix
+    >>> from minip_learn.theory import exact_kernel_realization
+    >>> suite = make_witness_suite(construction="small")
+    >>> est = exact_kernel_realization(tokens=suite.tokens)
+    >>> B = kernel_matrix(est, suite.queries, suite.designated_keys)
+    >>> B.shape, bool((B.diagonal() == 1).all())
+    ((10, 10), True)
     """
     import torch
 

@@ -32,7 +32,30 @@ _REGISTRY = {}
 
 
 def register_feature_map(name):
-    """Class decorator adding a :class:`FeatureMap` subclass to the registry."""
+    """Class decorator adding a :class:`FeatureMap` subclass to the registry.
+
+    Parameters
+    ----------
+    name : str
+        Registry name (must be new); the class gets it as ``name``.
+
+    Returns
+    -------
+    decorator : callable
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import FeatureMap, register_feature_map, make_feature_map
+    >>> @register_feature_map("doc-sigmoid")
+    ... class Sigmoid(FeatureMap):
+    ...     def activation(self, z):
+    ...         return torch.sigmoid(z)
+    >>> make_feature_map("doc-sigmoid", 4, 2)(torch.ones(3, 4)).shape
+    torch.Size([3, 2])
+    >>> from minip_learn.nn.feature_maps import _REGISTRY
+    >>> del _REGISTRY["doc-sigmoid"]  # keep the registry as it was
+    """
 
     def decorator(cls):
         if name in _REGISTRY:
@@ -51,6 +74,16 @@ def available_feature_maps(*, nonnegative=None):
     ----------
     nonnegative : bool or None, default=None
         If given, only maps whose ``nonnegative`` flag equals it.
+
+    Returns
+    -------
+    names : list of str
+
+    Examples
+    --------
+    >>> from minip_learn.nn import available_feature_maps
+    >>> {"elu+1", "exp", "favor+", "table"} <= set(available_feature_maps())
+    True
     """
     return sorted(
         name for name, cls in _REGISTRY.items()
@@ -65,6 +98,12 @@ def get_feature_map(name):
     ------
     ValueError
         If ``name`` is unknown; the message lists the valid names.
+
+    Examples
+    --------
+    >>> from minip_learn.nn import get_feature_map
+    >>> get_feature_map("elu+1").name
+    'elu+1'
     """
     if isinstance(name, type) and issubclass(name, FeatureMap):
         return name
@@ -77,7 +116,30 @@ def get_feature_map(name):
 
 
 def make_feature_map(name, n_bits, rank, **kwargs):
-    """Build the feature map ``name`` from ``n_bits`` inputs to ``rank`` features."""
+    """Build the feature map ``name`` from ``n_bits`` inputs to ``rank`` features.
+
+    Parameters
+    ----------
+    name : str
+        Registry name (see :func:`available_feature_maps`).
+    n_bits, rank : int
+        Input bits and number of features.
+    **kwargs
+        Options of the map class (``width``, ``depth``, ``floor``, ``vocabulary`` ...).
+
+    Returns
+    -------
+    FeatureMap
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import make_feature_map
+    >>> phi = make_feature_map("elu+1", n_bits=6, rank=4)
+    >>> out = phi(torch.ones(3, 6))
+    >>> bool((out > 0).all()), tuple(out.shape)
+    (True, (3, 4))
+    """
     return get_feature_map(name)(n_bits, rank, **kwargs)
 
 
@@ -106,6 +168,14 @@ class FeatureMap(nn.Module):
         Hidden width of the encoder MLP (unused when ``depth=0``).
     depth : int, default=0
         Hidden layers of the encoder; 0 means a single learnable linear projection.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import get_feature_map
+    >>> phi = get_feature_map("softplus")(n_bits=5, rank=3, depth=1, width=8)
+    >>> phi(torch.zeros(2, 4, 5)).shape, phi.nonnegative, phi.log_domain
+    (torch.Size([2, 4, 3]), True, False)
     """
 
     name = None

@@ -22,7 +22,22 @@ __all__ = ["AffineReadout", "KernelAttentionHead", "SoftmaxAttentionHead", "Valu
 
 
 class ValueMap(nn.Module):
-    """Affine value map ``v(x) = V x + c`` from ``n_bits`` to ``value_dim``."""
+    """Affine value map ``v(x) = V x + c`` from ``n_bits`` to ``value_dim``.
+
+    Parameters
+    ----------
+    n_bits : int
+        Bits per token.
+    value_dim : int
+        Output dimension ``d``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import ValueMap
+    >>> ValueMap(4, 3)(torch.zeros(2, 5, 4)).shape
+    torch.Size([2, 5, 3])
+    """
 
     def __init__(self, n_bits, value_dim):
         super().__init__()
@@ -38,6 +53,20 @@ class AffineReadout(nn.Module):
     ``w(x) = W x + w_0`` and ``b(x) = <c, x> + b_0`` are affine in the query token,
     which is enough for the exact constructions of THEORY R1-R3 (e.g.
     ``rho_x(u) = 2<x, u> - |x|``).
+
+    Parameters
+    ----------
+    n_bits : int
+        Bits per token.
+    value_dim : int
+        Dimension of the attended values ``u``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import AffineReadout
+    >>> AffineReadout(4, 3)(torch.zeros(2, 5, 4), torch.zeros(2, 5, 3)).shape
+    torch.Size([2, 5])
     """
 
     def __init__(self, n_bits, value_dim):
@@ -84,6 +113,14 @@ class KernelAttentionHead(_Head):
     feature_kwargs : dict, default=None
         Extra keyword arguments of the feature-map class (``floor``, ``proj_dim``,
         ``vocabulary`` for ``table`` ...).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import KernelAttentionHead
+    >>> head = KernelAttentionHead(n_bits=6, rank=4)
+    >>> head(torch.zeros(2, 3, 6)).shape, head.nonnegative
+    (torch.Size([2, 3]), True)
     """
 
     def __init__(
@@ -198,6 +235,13 @@ class SoftmaxAttentionHead(_Head):
         Dimension of the value map; ``None`` means ``n_bits``.
     temperature : float, default=1.0
         Softmax temperature ``tau``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import SoftmaxAttentionHead
+    >>> SoftmaxAttentionHead(6)(torch.zeros(2, 3, 6)).shape
+    torch.Size([2, 3])
     """
 
     def __init__(self, n_bits, *, score_dim=None, value_dim=None, temperature=1.0):

@@ -72,6 +72,13 @@ class Certificate:
         Number of ``(x, y, z)`` gap constraints found in the family.
     reason : str
         One line saying where the bound comes from.
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_witness_suite
+    >>> cert = make_witness_suite(construction="small").certificate
+    >>> cert.certified_min_rank, len(cert.queries), cert.seq_len, cert.n_bits
+    (8, 10, 3, 24)
     """
 
     certified_min_rank: int
