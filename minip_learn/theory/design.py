@@ -120,6 +120,13 @@ def witness_denominators(words, seq_len, *, ladder_gap=None):
     ------
     ValueError
         If two queries are closer than distance 2 (their pair is unconstrained).
+
+    Examples
+    --------
+    >>> from minip_learn.theory import hadamard_code, witness_denominators
+    >>> K, steps, dist = witness_denominators(hadamard_code(8), seq_len=5)
+    >>> int(K[0, 1]), int(dist[0, 1])  # eps = 1/((N-2)(g-1)) = 1/3 at distance 2
+    (3, 2)
     """
     W = np.asarray(words).astype(np.int64)
     n = len(W)
