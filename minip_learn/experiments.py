@@ -225,7 +225,7 @@ def witness_experiment(
     --------
     >>> from minip_learn.experiments import witness_experiment
     >>> res = witness_experiment(
-    ...     suite={"construction": "small"}, ranks=(2,), softmax_seeds=(0,),
+    ...     suite={"construction": "small"}, ranks=(2,), seeds=(0,), softmax_seeds=(0,),
     ...     kernel={"max_epochs": 5}, softmax={"max_epochs": 5}, progress=False,
     ...     figures=False)
     >>> res.results["model"].tolist(), res.checks["none_solved_below_bound"]
