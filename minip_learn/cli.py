@@ -91,7 +91,25 @@ def _run(args, name):
 
 
 def main(argv=None):
-    """Entry point of the ``minip-learn`` console script; returns the exit status."""
+    """Entry point of the ``minip-learn`` console script; returns the exit status.
+
+    Parameters
+    ----------
+    argv : list of str, default=None
+        Command-line arguments (``sys.argv[1:]`` when None).
+
+    Returns
+    -------
+    status : int
+        0 when every expected behaviour was observed, 1 when a check failed, 2 on a
+        bad option (reported on standard error before any fit starts).
+
+    Examples
+    --------
+    >>> from minip_learn.cli import main
+    >>> main(["reproduce", "witness", "--devices", "tpu"])
+    2
+    """
     os.environ.setdefault("MPLBACKEND", "Agg")
     args = build_parser().parse_args(argv)
     if args.n_jobs is None:

@@ -459,7 +459,26 @@ def length_experiment(
 
 
 def run_experiment(name, **kwargs):
-    """Run the experiment ``name`` (``"witness"`` or ``"length"``) with ``kwargs``."""
+    """Run the experiment ``name`` (``"witness"`` or ``"length"``) with ``kwargs``.
+
+    Parameters
+    ----------
+    name : {"witness", "length"}
+    **kwargs
+        Keyword arguments of :func:`witness_experiment` or :func:`length_experiment`.
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+
+    Examples
+    --------
+    >>> from minip_learn.experiments import run_experiment
+    >>> res = run_experiment("length", seq_lens=(1,), ranks=(1,), seeds=(0,),
+    ...                      progress=False, figures=False)
+    >>> res.checks
+    {'seq_len_1_solved_at_rank_1': True}
+    """
     funcs = {"witness": witness_experiment, "length": length_experiment}
     if name not in funcs:
         raise ValueError(f"unknown experiment {name!r}; choose from {list(funcs)}.")
