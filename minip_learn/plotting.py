@@ -117,18 +117,8 @@ def plot_phase_transition(
     if constructive_rank is not None:
         ax.axvline(constructive_rank, color="0.5", linestyle="-.", linewidth=1,
                    label=f"constructive rank {constructive_rank}")
-    ax.set_xscale("log", base=2)
-    ranks = sorted(set(kernel["rank"].astype(int)))
-    if ranks:
-        ax.set_xticks(ranks, [str(r) for r in ranks])
-        ax.minorticks_off()
-    ax.set_ylim(-0.05, 1.05)
-    ax.set_xlabel("feature rank r (log2)")
-    ax.set_ylabel("fraction")
-    ax.set_title(title or "Phase transition: exact solving vs feature rank")
-    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    ax.grid(True, alpha=0.3)
-    return ax
+    return _format_rank_axis(ax, kernel["rank"], "fraction",
+                             title or "Phase transition: exact solving vs feature rank")
 
 
 def plot_length_transition(summary, *, certified_min_rank=None, ax=None, title=None):
@@ -190,15 +180,22 @@ def plot_length_transition(summary, *, certified_min_rank=None, ax=None, title=N
         where = "" if n is None else f" (seq_len = {n})"
         ax.axvline(b, color="k", linestyle="--", linewidth=1,
                    label=f"certified bound r >= {b}{where}")
+    return _format_rank_axis(
+        ax, kernel["rank"], "solved fraction",
+        title or "Length transition: seq_len 1-2 at rank 1, seq_len 3 needs more")
+
+
+def _format_rank_axis(ax, ranks, ylabel, title):
+    """Shared layout of the rank plots: log2 rank axis ticked at the ranks, [0, 1] fractions."""
     ax.set_xscale("log", base=2)
-    ranks = sorted(set(kernel["rank"].astype(int)))
+    ranks = sorted(set(ranks.astype(int)))
     if ranks:
         ax.set_xticks(ranks, [str(r) for r in ranks])
         ax.minorticks_off()
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("feature rank r (log2)")
-    ax.set_ylabel("solved fraction")
-    ax.set_title(title or "Length transition: seq_len 1-2 at rank 1, seq_len 3 needs more")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     ax.grid(True, alpha=0.3)
     return ax
