@@ -14,6 +14,7 @@ from sklearn.exceptions import DataConversionWarning
 __all__ = [
     "InputTypeError",
     "check_binary",
+    "check_device",
     "check_float",
     "check_int",
     "check_minip_targets",
@@ -254,3 +255,36 @@ def check_minip_targets(X, y, *, name="y"):
             f"sequence {s}, position {i}: {name}={float(y[s, i])!r} but min_j <x_i, x_j> = "
             f"{int(exact[s, i])} (see minip_learn.datasets.minip_targets)."
         )
+
+
+def check_device(device):
+    """Validate a torch device string and return it normalised (e.g. ``"cuda:0"``).
+
+    Raises a ValueError for a non-string, a string torch does not parse, an unsupported
+    device type, or a CUDA/MPS device that this machine does not have.
+    """
+    import torch  # lazily: the data layer that shares this module is numpy-only
+
+    if not isinstance(device, (str, torch.device)):
+        raise ValueError(f"device must be a string such as 'cpu' or 'cuda:0'; got {device!r}.")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device {device!r} is not a valid torch device string.") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {device!r} was requested but CUDA is not available here (torch "
+                f"{torch.__version__}, built with CUDA {torch.version.cuda}); use 'cpu' or "
+                "install a CUDA build of torch."
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {device!r} does not exist: {torch.cuda.device_count()} CUDA device(s)."
+            )
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"device {device!r} was requested but MPS is not available here.")
+    elif dev.type != "cpu":
+        raise ValueError(f"device {device!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'.")
+    return str(dev)

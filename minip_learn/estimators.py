@@ -42,6 +42,7 @@ from sklearn.utils.validation import check_is_fitted
 from ._skorch import MinIPNet, StopWhenSolved
 from ._validation import (
     check_binary,
+    check_device,
     check_float,
     check_int,
     check_minip_targets,
@@ -89,28 +90,6 @@ def _is_out_of_memory(exc):
     return "out of memory" in msg or "can't allocate memory" in msg
 
 
-def _check_device(device):
-    if not isinstance(device, (str, torch.device)):
-        raise ValueError(f"device must be a string such as 'cpu' or 'cuda:0'; got {device!r}.")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"device {device!r} is not a valid torch device string.") from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device {device!r} was requested but CUDA is not available here.")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(
-                f"device {device!r} does not exist: {torch.cuda.device_count()} CUDA device(s)."
-            )
-    elif dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"device {device!r} was requested but MPS is not available here.")
-    elif dev.type != "cpu":
-        raise ValueError(f"device {device!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'.")
-    return str(dev)
-
-
 def _check_choice(value, name, choices):
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {sorted(choices)}; got {value!r}.")
@@ -136,7 +115,7 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
             weight_decay=check_float(self.weight_decay, "weight_decay", min_value=0.0),
             optimizer=_OPTIMIZERS[_check_choice(self.optimizer, "optimizer", _OPTIMIZERS)],
             dtype=_DTYPES[_check_choice(self.dtype, "dtype", _DTYPES)],
-            device=_check_device(self.device),
+            device=check_device(self.device),
             verbose=(int(self.verbose) if isinstance(self.verbose, bool)
                      else check_int(self.verbose, "verbose", min_value=0)),
             stop_tolerance=None if self.stop_tolerance is None else check_float(

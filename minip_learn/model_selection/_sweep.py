@@ -40,6 +40,7 @@ from sklearn.metrics import check_scoring
 from sklearn.model_selection import ParameterGrid
 from sklearn.utils import Bunch
 
+from .._validation import check_device
 from ..metrics import get_scorers
 
 __all__ = [
@@ -152,30 +153,11 @@ def _resolve_devices(devices):
         raise ValueError("devices must be None, a device string or a non-empty list of them.")
     out = []
     for d in items:
-        if not isinstance(d, (str, torch.device)):
-            raise ValueError(f"devices must hold strings such as 'cpu' or 'cuda:0'; got {d!r}.")
-        try:
-            dev = torch.device(d)
-        except (RuntimeError, ValueError):
-            raise ValueError(f"device {d!r} is not a valid torch device string.") from None
-        if dev.type == "cuda":
-            if not torch.cuda.is_available():
-                raise ValueError(
-                    f"devices={devices!r} asks for CUDA, but CUDA is not available here "
-                    f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}). "
-                    "Use devices='cpu' or install a CUDA build of torch."
-                )
-            count = torch.cuda.device_count()
-            if dev.index is None:
-                out += [f"cuda:{i}" for i in range(count)]
-                continue
-            if dev.index >= count:
-                raise ValueError(f"device {d!r} does not exist: {count} CUDA device(s) visible.")
-        elif dev.type not in ("cpu", "mps"):
-            raise ValueError(f"device {d!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'.")
-        elif dev.type == "mps" and not torch.backends.mps.is_available():
-            raise ValueError(f"device {d!r} was requested but MPS is not available here.")
-        out.append(str(dev))
+        dev = torch.device(check_device(d))
+        if dev.type == "cuda" and dev.index is None:  # "cuda": every visible device
+            out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        else:
+            out.append(str(dev))
     return out
 
 
