@@ -204,6 +204,10 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
                 break  # this initialisation reached the stopping margin: no restart
         # Everything fitted is set together, after training: a fit that raises leaves
         # the estimator as it was (unfitted, or fitted by the previous call).
+        return self._set_fitted_state(net, X3, module_params, init_errors, err)
+
+    def _set_fitted_state(self, net, X3, module_params, init_errors, err):
+        """Set every fitted attribute from a trained net (``fit`` and ``fit_ensemble``)."""
         self.__dict__.pop("vocabulary_", None)
         vocab = module_params.get("feature_kwargs", {}).get("vocabulary")
         if vocab is not None:
@@ -221,7 +225,7 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
                 "outputs on its training set (solved_=False, train_max_error_=inf). Try a "
                 "smaller lr, dtype='float64' or a bounded feature_map.",
                 ConvergenceWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
         return self
 

@@ -8,11 +8,16 @@ from .feature_maps import (
     register_feature_map,
 )
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
+from .models import KernelAttentionModel, MLPReadout
+from .ensemble import HeadEnsemble
 
 __all__ = [
     "AffineReadout",
     "FeatureMap",
+    "HeadEnsemble",
     "KernelAttentionHead",
+    "KernelAttentionModel",
+    "MLPReadout",
     "SoftmaxAttentionHead",
     "ValueMap",
     "available_feature_maps",

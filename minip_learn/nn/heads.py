@@ -113,6 +113,14 @@ class KernelAttentionHead(_Head):
     feature_kwargs : dict, default=None
         Extra keyword arguments of the feature-map class (``floor``, ``proj_dim``,
         ``vocabulary`` for ``table`` ...).
+    denominator_eps : float, default=1e-3
+        Guard of the normalisation for *signed* kernels only (``nonnegative`` False,
+        e.g. ``identity`` or ``rff`` features, THEORY R7): there the denominator
+        ``phi_Q(x_i)^T s`` can vanish or change sign, and it is replaced by
+        ``sign(den) * max(|den|, denominator_eps)`` (``sign(0) = +1``), which keeps the
+        exact normalisation whenever ``|den| >= denominator_eps`` and bounds the output
+        by ``|num| / denominator_eps`` otherwise. Nonnegative kernels ignore it (their
+        denominator only gets the dtype's ``tiny`` floor, as always).
 
     Examples
     --------
@@ -134,14 +142,19 @@ class KernelAttentionHead(_Head):
         feature_depth=0,
         shared_features=False,
         feature_kwargs=None,
+        denominator_eps=1e-3,
     ):
         super().__init__(n_bits, value_dim)
+        self.denominator_eps = float(denominator_eps)
         cls = get_feature_map(feature_map)
         kwargs = dict(feature_kwargs or {})
         if not cls.requires_vocabulary:
             kwargs.setdefault("width", feature_width)
             kwargs.setdefault("depth", feature_depth)
         self.rank = rank
+        # Optional rank mask (see ``features``); None leaves the head and its
+        # state_dict exactly as without it.
+        self.register_buffer("feature_mask", None)
         self.query_features = cls(n_bits, rank, **kwargs)
         self.key_features = (
             self.query_features if shared_features else cls(n_bits, rank, **kwargs)
@@ -149,8 +162,30 @@ class KernelAttentionHead(_Head):
 
     @property
     def nonnegative(self):
-        """Whether the kernel is nonnegative by construction."""
-        return self.query_features.nonnegative and self.key_features.nonnegative
+        """Whether the kernel is nonnegative by construction.
+
+        True when both feature maps are nonnegative, and also for maps whose features
+        are signed but whose kernel is not (``kernel_nonnegative``, e.g. ``taylor``:
+        ``1 + t + t^2/2 > 0``) when queries and keys use the same map class and no
+        rank mask is set.
+        """
+        qf, kf = self.query_features, self.key_features
+        if qf.nonnegative and kf.nonnegative:
+            return True
+        return (
+            type(qf) is type(kf)
+            and bool(getattr(qf, "kernel_nonnegative", False))
+            and getattr(self, "feature_mask", None) is None
+        )
+
+    @property
+    def theorem_applies(self):
+        """Whether THEORY R4-R5 (the certified lower bound) cover this head.
+
+        A single head with an affine readout: the bound applies exactly when the
+        kernel is nonnegative (``nonnegative``). Signed kernels are outside it (R7).
+        """
+        return bool(self.nonnegative)
 
     def features(self, x):
         """Query and key features ``(phi_Q, phi_K)``, each of shape (..., seq_len, rank).
@@ -166,14 +201,27 @@ class KernelAttentionHead(_Head):
         query row, which the normalisation divides out. Every feature is <= 1 and the
         denominator ``phi_Q(x_i)^T s >= 1`` (the feature attaining ``c_i`` meets the key
         attaining ``M_k``), so nothing overflows and nothing underflows to the floor.
+
+        Rank masking: when the buffer ``feature_mask`` (shape ``(rank,)``, entries 0 or
+        1; default None) is set, features where it is 0 are exact zeros on both sides;
+        log-domain maps add ``log(mask)`` (``-inf``) to ``a`` before the per-query
+        maximum, so the unmasked arithmetic is that of a head of the smaller rank and
+        masked parameters get zero gradients (:class:`~minip_learn.nn.HeadEnsemble`
+        trains heads of several ranks this way).
         """
         qf, kf = self.query_features, self.key_features
+        mask = getattr(self, "feature_mask", None)
         if qf.log_domain and kf.log_domain:
             lq, lk = qf.log_features(x), kf.log_features(x)
             M = lk.amax(-2, keepdim=True).detach()
             a = lq + M
+            if mask is not None:
+                a = a + torch.log(mask)
             phi_q = torch.exp(a - a.amax(-1, keepdim=True).detach())
-            return phi_q, torch.exp(lk - M)
+            phi_k = torch.exp(lk - M)
+            return phi_q, (phi_k if mask is None else phi_k * mask)
+        if mask is not None:
+            return qf(x) * mask, kf(x) * mask
         return qf(x), kf(x)
 
     def sketch(self, phi_k, v):
@@ -186,19 +234,32 @@ class KernelAttentionHead(_Head):
         # floor (the dtype's smallest normal number) then returns u = 0 instead of NaN.
         return den.clamp_min(torch.finfo(den.dtype).tiny)
 
-    def forward(self, x):
+    def _guard(self, den):
+        """The denominator actually divided by: ``_floor`` for nonnegative kernels, the
+        sign-preserving clamp ``sign(den) max(|den|, denominator_eps)`` for signed ones."""
+        if self.nonnegative:
+            return self._floor(den)
+        eps = getattr(self, "denominator_eps", 1e-3)
+        sign = torch.where(den < 0, -torch.ones_like(den), torch.ones_like(den))
+        return sign * den.abs().clamp_min(eps)
+
+    def attend(self, x):
+        """Attended values ``u_i`` of shape (..., seq_len, value_dim), before the readout."""
         phi_q, phi_k = self.features(x)
         v = self.value(x)
         S, s = self.sketch(phi_k, v)
         num = phi_q @ S
         den = (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
-        return self.readout(x, num / self._floor(den))
+        return num / self._guard(den)
+
+    def forward(self, x):
+        return self.readout(x, self.attend(x))
 
     def attention_weights(self, x):
         """Explicit ``(..., N, N)`` normalised kernel matrix (quadratic; for checks and plots)."""
         phi_q, phi_k = self.features(x)
         a = phi_q @ phi_k.transpose(-2, -1)
-        return a / self._floor(a.sum(-1, keepdim=True))
+        return a / self._guard(a.sum(-1, keepdim=True))
 
     def kernel(self, queries, keys):
         """Kernel matrix ``alpha(q_a, k_b)`` between two token sets, up to a positive
@@ -218,8 +279,15 @@ class KernelAttentionHead(_Head):
             lq, lk = qf.log_features(queries), kf.log_features(keys)
             M = lk.amax(0, keepdim=True)
             a = lq + M
+            mask = getattr(self, "feature_mask", None)
+            if mask is not None:
+                a = a + torch.log(mask)
             return torch.exp(a - a.amax(-1, keepdim=True)) @ torch.exp(lk - M).T
-        return qf(queries) @ kf(keys).T
+        phi_q, phi_k = qf(queries), kf(keys)
+        mask = getattr(self, "feature_mask", None)
+        if mask is not None:
+            phi_q = phi_q * mask
+        return phi_q @ phi_k.T
 
 
 class SoftmaxAttentionHead(_Head):
