@@ -355,3 +355,127 @@ class TokenTable(FeatureMap):
 
     def extra_repr(self):
         return f"name='table', n_tokens={len(self.vocabulary)}, rank={self.rank}"
+
+
+# ---------------------------------------------------------------------------------
+# Signed feature maps: OUTSIDE the lower bound's hypothesis (THEORY R7), except that
+# the Taylor kernel happens to be positive (see SecondOrderTaylor).
+# ---------------------------------------------------------------------------------
+@register_feature_map("identity")
+class Identity(FeatureMap):
+    """No activation: ``phi(x) = encoder(x)``, signed features (plain linear attention).
+
+    The kernel ``alpha(x, z) = <phi_Q(x), phi_K(z)>`` takes both signs, so this map is
+    **outside** the hypothesis of the lower bound (THEORY R7); the kernel head then
+    normalises with a guarded denominator (see ``KernelAttentionHead``). ``rank`` is
+    the output size of the encoder.
+    """
+
+    nonnegative = False
+
+    def activation(self, z):
+        return z
+
+
+def _taylor_rank(proj_dim):
+    """Number of features of the second-order Taylor map on ``proj_dim`` dimensions."""
+    return 1 + proj_dim + proj_dim * (proj_dim + 1) // 2
+
+
+@register_feature_map("taylor")
+class SecondOrderTaylor(FeatureMap):
+    """Second-order Taylor features of ``exp`` (as in Based, Arora et al., 2024).
+
+    With a learnable projection ``z = encoder(x)`` of dimension ``proj_dim``,
+    ``phi(x) = [1, z, z_k^2 / sqrt(2) (k), z_k z_l (k < l)]``, so that
+    ``phi(x) . phi(y) = 1 + z.z' + (z.z')^2 / 2`` exactly. This is the kernel of Based's
+    ``[1, z, vec(z z^T) / sqrt(2)]`` with each product ``z_k z_l`` (``k != l``) stored
+    once instead of twice, so the reported ``rank`` is the real feature dimension:
+
+        ``rank = 1 + proj_dim + proj_dim (proj_dim + 1) / 2``  (3, 6, 10, 15, 21, 28 ...)
+
+    ``proj_dim`` is derived from ``rank`` (a ``rank`` that is not of this form is a
+    ``ValueError`` listing the nearest valid ones); an explicit ``proj_dim`` must agree
+    with ``rank``.
+
+    The features are signed (``nonnegative = False``) but the **kernel is positive**:
+    ``1 + t + t^2/2 = ((1 + t)^2 + 1) / 2 >= 1/2`` for every real ``t``. So the lower
+    bound of THEORY R4-R5 *does* apply to this map (``kernel_nonnegative = True``; a
+    kernel head built on it reports ``nonnegative=True``), and a fit below the
+    certified rank must fail.
+    """
+
+    nonnegative = False
+    #: the kernel ``<phi_Q(x), phi_K(z)>`` is >= 0 although the features are signed
+    kernel_nonnegative = True
+
+    def __init__(self, n_bits, rank, *, proj_dim=None, **kwargs):
+        self.proj_dim = self.check_params(n_bits, rank, proj_dim=proj_dim)["proj_dim"]
+        super().__init__(n_bits, rank, **kwargs)
+        i, j = torch.triu_indices(self.proj_dim, self.proj_dim, offset=1)
+        self.register_buffer("_pairs", torch.stack([i, j]), persistent=False)
+
+    @classmethod
+    def check_params(cls, n_bits, rank, **kwargs):
+        """Validate ``rank`` (and ``proj_dim``); return ``{"proj_dim": p}``."""
+        p = 1
+        while _taylor_rank(p + 1) <= rank:
+            p += 1
+        proj_dim = kwargs.get("proj_dim")
+        if _taylor_rank(p) != rank:
+            raise ValueError(
+                f"feature_map='taylor' has rank 1 + p + p(p+1)/2 for a projection of "
+                f"dimension p >= 1; rank={rank} is not of this form (nearest valid ranks: "
+                f"{_taylor_rank(p)} with proj_dim={p}, {_taylor_rank(p + 1)} with "
+                f"proj_dim={p + 1})."
+            )
+        if proj_dim is not None and proj_dim != p:
+            raise ValueError(
+                f"feature_map='taylor' with proj_dim={proj_dim} has rank "
+                f"{_taylor_rank(proj_dim)}, not rank={rank}; leave proj_dim=None to derive "
+                "it from rank."
+            )
+        return {"proj_dim": p}
+
+    @property
+    def pre_dim(self):
+        return self.proj_dim
+
+    def activation(self, z):
+        i, j = self._pairs
+        parts = [
+            torch.ones_like(z[..., :1]),
+            z,
+            z.square() / math.sqrt(2.0),
+            z[..., i] * z[..., j],
+        ]
+        return torch.cat(parts, dim=-1)
+
+
+@register_feature_map("rff")
+class RandomFourierFeatures(FeatureMap):
+    """Random Fourier features ``sqrt(2/r) cos(w_k^T h + b_k)`` (Rahimi & Recht, 2007).
+
+    ``h = encoder(x)`` is a learnable projection of dimension ``proj_dim`` (default
+    ``n_bits``); the directions ``w_k ~ N(0, I / bandwidth^2)`` and phases
+    ``b_k ~ U[0, 2 pi)`` are fixed buffers. In expectation the kernel is the Gaussian
+    ``exp(-|h - h'|^2 / (2 bandwidth^2))``, which is positive, but at any finite rank
+    ``r`` the features and the kernel are **signed**: outside the lower bound's
+    hypothesis (THEORY R7). Any ``rank >= 1``.
+    """
+
+    nonnegative = False
+
+    def __init__(self, n_bits, rank, *, proj_dim=None, bandwidth=1.0, **kwargs):
+        self.proj_dim = n_bits if proj_dim is None else int(proj_dim)
+        super().__init__(n_bits, rank, **kwargs)
+        self.bandwidth = float(bandwidth)
+        self.register_buffer("directions", torch.randn(rank, self.proj_dim) / self.bandwidth)
+        self.register_buffer("phases", 2 * math.pi * torch.rand(rank))
+
+    @property
+    def pre_dim(self):
+        return self.proj_dim
+
+    def activation(self, z):
+        return math.sqrt(2.0 / self.rank) * torch.cos(z @ self.directions.T + self.phases)
