@@ -180,23 +180,30 @@ def _threads_per_fit(threads_per_fit, n_jobs, devices):
 
 # -- one fit --------------------------------------------------------------------------
 def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
-                   certified_min_rank, key, return_estimator):
-    """Fit one clone on the full set and score it there; returns ``(row, estimator)``."""
+                   certified_min_rank, key, return_estimator, fitted=None):
+    """Fit one clone on the full set and score it there; returns ``(row, estimator)``.
+
+    ``fitted=(est, fit_time, fit_cpu_time)``: score an estimator already fitted (by an
+    ensemble, whose times are shared out over its members) instead of fitting one.
+    """
     import torch
 
     old_threads = torch.get_num_threads()
     torch.set_num_threads(n_threads)
     try:
-        est = clone(estimator)
-        set_params = dict(params)
-        if seed is not None:
-            set_params["random_state"] = seed
-        if device is not None:
-            set_params["device"] = device
-        est.set_params(**set_params)
-        t0, c0 = time.perf_counter(), time.process_time()
-        est.fit(X, y)
-        fit_time, fit_cpu_time = time.perf_counter() - t0, time.process_time() - c0
+        if fitted is None:
+            est = clone(estimator)
+            set_params = dict(params)
+            if seed is not None:
+                set_params["random_state"] = seed
+            if device is not None:
+                set_params["device"] = device
+            est.set_params(**set_params)
+            t0, c0 = time.perf_counter(), time.process_time()
+            est.fit(X, y)
+            fit_time, fit_cpu_time = time.perf_counter() - t0, time.process_time() - c0
+        else:
+            est, fit_time, fit_cpu_time = fitted
         t0 = time.perf_counter()
         raw = check_scoring(est, scoring=scoring)(est, X, y)
         score_time = time.perf_counter() - t0
@@ -217,10 +224,14 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
     rank = all_params.get("rank")
     module = getattr(getattr(est, "net_", None), "module_", None)
     nonnegative = getattr(module, "nonnegative", None)
+    # THEORY R4-R5 cover one head, one layer, an affine readout and a nonnegative
+    # kernel; a module without the property is checked whenever it is not signed.
+    theorem_applies = getattr(module, "theorem_applies", None)
+    covered = nonnegative is not False if theorem_applies is None else bool(theorem_applies)
     below = None
     if certified_min_rank is not None and rank is not None:
         below = bool(rank < certified_min_rank)
-        if below and is_solved and nonnegative is not False:
+        if below and is_solved and covered:
             raise RuntimeError(
                 f"fit {key!r} ({type(est).__name__} rank={rank}, seed={seed}, "
                 f"params={params}) reports the family solved, but its certified minimum "
@@ -248,7 +259,9 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
         score_time=score_time,
         device=str(all_params.get("device", device)),
         n_threads=n_threads,
+        ensemble=fitted is not None,
         nonnegative=nonnegative,
+        theorem_applies=theorem_applies,
         certified_min_rank=certified_min_rank,
         below_certified_bound=below,
         host=socket.gethostname(),
@@ -256,6 +269,56 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
         finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
     )
     return row, (est if return_estimator else None)
+
+
+def _fit_and_score_ensemble(estimator, X, y, group, device, scoring, n_threads,
+                            certified_min_rank, return_estimator):
+    """Fit the fits ``group`` (``(params, seed, key)`` sharing every parameter but
+    ``rank``) as one batched ensemble and score each; returns a list of
+    ``(row, estimator)``. Wall and CPU times are shared out equally over the members."""
+    import torch
+
+    from ._ensemble import _fit_members
+
+    common = {k: v for k, v in group[0][0].items() if k != "rank"}
+    if device is not None:
+        common["device"] = device
+    base = clone(estimator).set_params(**common)
+    members = []
+    for p, s, _ in group:
+        m = {"rank": p["rank"]} if "rank" in p else {}
+        m["random_state"] = s
+        members.append(m)
+    old_threads = torch.get_num_threads()
+    torch.set_num_threads(n_threads)
+    try:
+        c0 = time.process_time()
+        res = _fit_members(base, X, y, members)
+        cpu = time.process_time() - c0
+    finally:
+        torch.set_num_threads(old_threads)
+    n = len(group)
+    return [
+        _fit_and_score(estimator, X, y, p, s, device, scoring, n_threads,
+                       certified_min_rank, k, return_estimator,
+                       fitted=(est, res.fit_time / n, cpu / n))
+        for (p, s, k), est in zip(group, res.estimators)
+    ]
+
+
+def _ensemble_jobs(todo, n_jobs, device_list):
+    """Group the fits that differ only in rank and seed; split groups so that at least
+    as many jobs as parallel workers exist (the fits of a job form one ensemble)."""
+    groups = {}
+    for t in todo:
+        groups.setdefault(_digest({k: v for k, v in t[0].items() if k != "rank"}), []).append(t)
+    jobs = list(groups.values())
+    workers = max(effective_n_jobs(n_jobs), len(device_list or ()))
+    if jobs and len(jobs) < workers:
+        parts = -(-workers // len(jobs))
+        jobs = [[job[i] for i in idx] for job in jobs
+                for idx in np.array_split(np.arange(len(job)), min(parts, len(job)))]
+    return jobs
 
 
 # -- the sweep ------------------------------------------------------------------------
@@ -327,6 +390,7 @@ def rank_sweep(
     return_estimators=False,
     save_estimators=False,
     progress=True,
+    ensemble=False,
 ):
     """Fit an estimator for every rank (and other parameter) and seed, on the full set.
 
@@ -361,7 +425,11 @@ def rank_sweep(
     certified_min_rank : int, default=None
         The family's certified minimum rank (THEORY R5). A fit of a nonnegative kernel
         head with ``rank`` below it that reports *solved* raises :class:`RuntimeError`
-        and is not recorded.
+        and is not recorded. Only models the theorem covers are checked (the module's
+        ``theorem_applies``: one head, one layer, affine readout, nonnegative kernel);
+        signed kernels, several heads or layers, MLP readouts and classifiers are
+        variants outside it (THEORY R7) and are recorded, with ``theorem_applies``
+        False in their row.
     n_jobs : int, default=None
         Number of parallel fits (:class:`joblib.Parallel`; ``-1``: all cores). The
         backend is joblib's default (loky processes) unless one is configured with
@@ -394,6 +462,15 @@ def rank_sweep(
         ``est-<fit_id>.joblib``, written before the fit's row).
     progress : bool, default=True
         Show a :mod:`tqdm` progress bar over fits.
+    ensemble : bool, default=False
+        Train the fits that share every swept parameter except ``rank`` and the seed
+        as one batched model (:func:`~minip_learn.model_selection.fit_ensemble`; needs
+        full-batch training, ``batch_size=None``): same results up to floating-point
+        rounding, several times cheaper per fit for small heads. Such groups are split
+        only to keep ``n_jobs`` workers (or ``devices``) busy. Rows are the same, one per
+        fit, with the same ``fit_id`` (resuming mixes both modes); the column
+        ``ensemble`` says how a fit was trained, and its ``fit_time`` and
+        ``fit_cpu_time`` are the ensemble's divided by its number of fits.
 
     Returns
     -------
@@ -486,12 +563,20 @@ def rank_sweep(
     try:
         if todo:
             parallel = Parallel(n_jobs=n_jobs, return_as="generator_unordered")
-            results = parallel(
-                delayed(_fit_and_score)(estimator, X, y, p, s, dev, scoring, n_threads,
-                                        certified_min_rank, k,
-                                        return_estimators or save_estimators)
-                for (p, s, k), dev in zip(todo, assigned)
-            )
+            keep = return_estimators or save_estimators
+            if ensemble:
+                jobs = _ensemble_jobs(todo, n_jobs, device_list)
+                batches = parallel(
+                    delayed(_fit_and_score_ensemble)(estimator, X, y, job, dev, scoring,
+                                                     n_threads, certified_min_rank, keep)
+                    for job, dev in zip(jobs, _assign_devices(device_list, len(jobs))))
+                results = (pair for batch in batches for pair in batch)
+            else:
+                results = parallel(
+                    delayed(_fit_and_score)(estimator, X, y, p, s, dev, scoring, n_threads,
+                                            certified_min_rank, k, keep)
+                    for (p, s, k), dev in zip(todo, assigned)
+                )
             for row, est in results:
                 row.update({k: _jsonable(v) for k, v in tags.items() if k not in row})
                 if folder is not None:
@@ -532,7 +617,7 @@ def rank_sweep(
 
 def _to_frame(rows):
     df = pd.DataFrame(rows)
-    for col in ("solved", "below_certified_bound", "nonnegative"):
+    for col in ("solved", "below_certified_bound", "nonnegative", "theorem_applies"):
         if col in df and df[col].notna().all():
             df[col] = df[col].astype(bool)
     return df
