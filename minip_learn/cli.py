@@ -74,6 +74,9 @@ def build_parser():
     rep.add_argument("--max-epochs", type=int, default=None,
                      help="override max_epochs of every fit")
     rep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    rep.add_argument("--ensemble", action="store_true",
+                     help="train the seeds and ranks of each sweep as batched ensembles "
+                          "(same results, several times cheaper per fit)")
     return parser
 
 
@@ -82,7 +85,7 @@ def _run(args, name):
 
     kwargs = dict(quick=args.quick, out=args.out / name, n_jobs=args.n_jobs,
                   devices=args.devices, progress=not args.no_progress,
-                  ranks=args.ranks, seeds=args.seeds)
+                  ranks=args.ranks, seeds=args.seeds, ensemble=args.ensemble)
     if args.max_epochs is not None:
         kwargs["kernel"] = {"max_epochs": args.max_epochs}
         if name == "witness":

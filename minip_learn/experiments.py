@@ -185,6 +185,7 @@ def witness_experiment(
     devices=None,
     progress=True,
     figures=True,
+    ensemble=False,
     **settings,
 ):
     """Phase transition on a witness suite: kernel heads over rank vs dense softmax.
@@ -206,6 +207,9 @@ def witness_experiment(
         Progress bars.
     figures : bool, default=True
         Draw the figures.
+    ensemble : bool, default=False
+        Train the seeds and ranks of each sweep as batched ensembles (see
+        :func:`~minip_learn.model_selection.rank_sweep`); same results, cheaper.
     **settings
         Overrides of the recipe's settings: ``suite`` (keyword arguments of
         :func:`~minip_learn.datasets.make_witness_suite`), ``ranks``, ``seeds``,
@@ -244,13 +248,15 @@ def witness_experiment(
         ranks=list(cfg["ranks"]), seeds=list(cfg["seeds"]), certified_min_rank=bound,
         n_jobs=n_jobs, devices=devices, out=runs, name=f"{tag}-kernel",
         tags={"model": "kernel"}, return_estimators=figures,
-        save_estimators=figures and runs is not None, progress=progress)
+        save_estimators=figures and runs is not None, progress=progress,
+        ensemble=ensemble)
     parts = [kern.results]
     if cfg["softmax_seeds"]:
         soft = rank_sweep(
             SoftmaxAttentionRegressor(**cfg["softmax"]), suite.X, suite.y,
             seeds=list(cfg["softmax_seeds"]), n_jobs=n_jobs, devices=devices, out=runs,
-            name=f"{tag}-softmax", tags={"model": "softmax"}, progress=progress)
+            name=f"{tag}-softmax", tags={"model": "softmax"}, progress=progress,
+            ensemble=ensemble)
         parts.append(soft.results)
     results = pd.concat(parts, ignore_index=True)
     cols = ["model"] + [c for c in results.columns if c != "model"]
@@ -358,6 +364,7 @@ def length_experiment(
     devices=None,
     progress=True,
     figures=True,
+    ensemble=False,
     **settings,
 ):
     """Length transition: one token set at sequence lengths 1, 2, 3.
@@ -370,7 +377,7 @@ def length_experiment(
     ----------
     quick : bool, default=True
         ``SETTINGS["length"]["quick"]`` or ``["full"]``.
-    out, n_jobs, devices, progress, figures
+    out, n_jobs, devices, progress, figures, ensemble
         As in :func:`witness_experiment` (figure: ``length_transition.png``).
     **settings
         Overrides: ``suite``, ``seq_lens``, ``ranks``, ``seeds``, ``kernel``.
@@ -408,7 +415,7 @@ def length_experiment(
             seeds=list(cfg["seeds"]), certified_min_rank=bound, n_jobs=n_jobs,
             devices=devices, out=runs, name=f"{tag}-N{n}",
             tags={"model": "kernel", "seq_len": int(n), "n_sequences": len(X)},
-            progress=progress)
+            progress=progress, ensemble=ensemble)
         parts.append(res.results)
     results = pd.concat(parts, ignore_index=True)
     summary = summarize_sweep(results, by=["seq_len", "model", "feature_map", "rank"])
