@@ -5,8 +5,17 @@ Layers, from the bottom: :mod:`minip_learn.datasets` (numpy), :mod:`minip_learn.
 :mod:`minip_learn.metrics`, :mod:`minip_learn.model_selection`.
 """
 
-from .estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
+from .estimators import (
+    KernelAttentionClassifier,
+    KernelAttentionRegressor,
+    SoftmaxAttentionRegressor,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["KernelAttentionRegressor", "SoftmaxAttentionRegressor", "__version__"]
+__all__ = [
+    "KernelAttentionClassifier",
+    "KernelAttentionRegressor",
+    "SoftmaxAttentionRegressor",
+    "__version__",
+]

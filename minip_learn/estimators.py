@@ -34,9 +34,10 @@ import warnings
 
 import numpy as np
 import torch
-from sklearn.base import BaseEstimator, RegressorMixin
-from sklearn.exceptions import ConvergenceWarning
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.exceptions import ConvergenceWarning, DataConversionWarning
 from sklearn.utils import check_random_state
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from ._skorch import MinIPNet, StopWhenSolved
@@ -50,9 +51,9 @@ from ._validation import (
     check_targets,
 )
 from .metrics import TOLERANCE, sequence_exact_match
-from .nn import KernelAttentionHead, SoftmaxAttentionHead, get_feature_map
+from .nn import KernelAttentionHead, KernelAttentionModel, SoftmaxAttentionHead, get_feature_map
 
-__all__ = ["KernelAttentionRegressor", "SoftmaxAttentionRegressor"]
+__all__ = ["KernelAttentionClassifier", "KernelAttentionRegressor", "SoftmaxAttentionRegressor"]
 
 _OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -100,6 +101,9 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
     """Shared fit/predict/score of the attention-head regressors."""
 
     _module_class = None
+    #: training loss (a torch loss class) and the stop-when-solved callback class
+    _criterion = torch.nn.MSELoss
+    _stop_class = StopWhenSolved
 
     # -- hooks for subclasses -------------------------------------------------------
     def _module_params(self, X):
@@ -133,6 +137,10 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
                 f"but the model was fitted with n_bits={self.n_bits_}."
             )
         return X3, was_2d
+
+    def _max_error(self, output, y):
+        """Largest absolute training error of the module's ``output`` (a float)."""
+        return (output - y).abs().max().item()
 
     def _to_tensor(self, arr, dtype, device):
         # np.array copies: torch gets a writable, C-contiguous array even for read-only
@@ -194,7 +202,7 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
             candidate.partial_fit(Xt, yt)
             with torch.no_grad():
                 candidate.module_.eval()
-                e = (candidate.infer(Xt) - yt).abs().max().item()
+                e = self._max_error(candidate.infer(Xt), yt)
             e = e if math.isfinite(e) else math.inf
             init_errors.append(e)
             if net is None or e < err:
@@ -232,10 +240,10 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
     def _build_net(self, train, module_params, seed, module=None):
         callbacks = list(self.callbacks or [])
         if train["stop_tolerance"] is not None:
-            callbacks.append(("stop_when_solved", StopWhenSolved(train["stop_tolerance"])))
+            callbacks.append(("stop_when_solved", self._stop_class(train["stop_tolerance"])))
         return MinIPNet(
             module=self._module_class if module is None else module,
-            criterion=torch.nn.MSELoss,
+            criterion=self._criterion,
             optimizer=train["optimizer"],
             optimizer__weight_decay=train["weight_decay"],
             lr=train["lr"],
@@ -404,6 +412,17 @@ class KernelAttentionRegressor(_AttentionRegressor):
     feature_kwargs : dict, default=None
         Extra options of the feature map (``floor`` for ``relu``, ``proj_dim`` for
         ``favor+`` ...).
+    n_heads : int, default=1
+        Kernel heads per layer, each of rank ``rank``. Values above 1 are **outside
+        the theorem** (THEORY R7): see :class:`~minip_learn.nn.KernelAttentionModel`.
+    n_layers : int, default=1
+        Layers of heads with a residual token stream; above 1 is **outside the
+        theorem**.
+    readout : {"affine", "mlp"}, default="affine"
+        Query-dependent affine readout (THEORY §2) or an MLP of the query and the
+        attended values (**outside the theorem**).
+    readout_width : int, default=64
+        Hidden width of the MLP readout (ignored for ``"affine"``).
     lr : float, default=0.03
         Learning rate.
     max_epochs : int, default=2000
@@ -450,6 +469,13 @@ class KernelAttentionRegressor(_AttentionRegressor):
         Bits per token, training sequence length, and ``n_bits_`` again.
     vocabulary_ : ndarray of shape (n_tokens, n_bits)
         Distinct training tokens (``feature_map="table"`` only).
+    theorem_applies_ : bool
+        Whether the certified lower bound (THEORY R4-R5) covers the fitted model: one
+        head, one layer, affine readout and a nonnegative kernel. Signed feature maps
+        (``identity``, ``rff``), ``n_heads > 1``, ``n_layers > 1`` and
+        ``readout="mlp"`` are variants outside the theorem (R7). With the defaults the
+        module is a :class:`~minip_learn.nn.KernelAttentionHead`; otherwise a
+        :class:`~minip_learn.nn.KernelAttentionModel`.
 
     Examples
     --------
@@ -461,7 +487,12 @@ class KernelAttentionRegressor(_AttentionRegressor):
     1.0
     """
 
-    _module_class = KernelAttentionHead
+    @property
+    def _module_class(self):
+        # the single head of the theorem with the defaults, the general model otherwise
+        if self._beyond_params() is None:
+            return KernelAttentionHead
+        return KernelAttentionModel
 
     def __init__(
         self,
@@ -473,6 +504,10 @@ class KernelAttentionRegressor(_AttentionRegressor):
         feature_depth=0,
         shared_features=False,
         feature_kwargs=None,
+        n_heads=1,
+        n_layers=1,
+        readout="affine",
+        readout_width=64,
         lr=0.03,
         max_epochs=2000,
         batch_size=None,
@@ -493,6 +528,10 @@ class KernelAttentionRegressor(_AttentionRegressor):
         self.feature_depth = feature_depth
         self.shared_features = shared_features
         self.feature_kwargs = feature_kwargs
+        self.n_heads = n_heads
+        self.n_layers = n_layers
+        self.readout = readout
+        self.readout_width = readout_width
         self.lr = lr
         self.max_epochs = max_epochs
         self.batch_size = batch_size
@@ -511,13 +550,23 @@ class KernelAttentionRegressor(_AttentionRegressor):
         if self.feature_kwargs is not None and not isinstance(self.feature_kwargs, dict):
             raise ValueError(f"feature_kwargs must be a dict or None; got {self.feature_kwargs!r}.")
         feature_kwargs = dict(self.feature_kwargs or {})
+        rank = check_int(self.rank, "rank", min_value=1)
+        check_params = getattr(cls, "check_params", None)
+        if check_params is not None:  # e.g. taylor: rank must be 1 + p + p(p+1)/2
+            check_params(X.shape[2], rank, **feature_kwargs)
+        beyond = self._beyond_params(validate=True)
+        if beyond is not None and beyond["n_layers"] > 1 and cls.requires_vocabulary:
+            raise ValueError(
+                f"feature_map={self.feature_map!r} is defined on the token bits only and "
+                f"needs n_layers=1; got n_layers={beyond['n_layers']}."
+            )
         if cls.requires_vocabulary:
             check_binary(X, name="X")
             feature_kwargs["vocabulary"] = np.unique(
                 X.reshape(-1, X.shape[2]), axis=0).astype(np.uint8)
-        return dict(
+        params = dict(
             n_bits=X.shape[2],
-            rank=check_int(self.rank, "rank", min_value=1),
+            rank=rank,
             feature_map=self.feature_map,
             value_dim=check_int(self.value_dim, "value_dim", min_value=1, allow_none=True),
             feature_width=check_int(self.feature_width, "feature_width", min_value=1),
@@ -525,6 +574,36 @@ class KernelAttentionRegressor(_AttentionRegressor):
             shared_features=bool(self.shared_features),
             feature_kwargs=feature_kwargs,
         )
+        if beyond is not None:
+            params.update(beyond)
+        return params
+
+    def _beyond_params(self, validate=False):
+        """Module parameters of the variants outside the theorem (``n_heads``,
+        ``n_layers``, ``readout``, ...), or None for the single head of the theorem."""
+        if validate:
+            n_heads = check_int(self.n_heads, "n_heads", min_value=1)
+            n_layers = check_int(self.n_layers, "n_layers", min_value=1)
+            readout = _check_choice(self.readout, "readout", ("affine", "mlp"))
+            readout_width = check_int(self.readout_width, "readout_width", min_value=1)
+        else:
+            n_heads, n_layers = self.n_heads, self.n_layers
+            readout, readout_width = self.readout, self.readout_width
+        n_outputs = self._n_outputs()
+        if n_heads == 1 and n_layers == 1 and readout == "affine" and n_outputs is None:
+            return None
+        return dict(n_heads=n_heads, n_layers=n_layers, readout=readout,
+                    readout_width=readout_width, n_outputs=n_outputs)
+
+    def _n_outputs(self):
+        """Outputs per position: None for one real output (regression)."""
+        return None
+
+    @property
+    def theorem_applies_(self):
+        """Whether THEORY R4-R5 cover the fitted model (see the class docstring)."""
+        check_is_fitted(self, "net_")
+        return bool(getattr(self.net_.module_, "theorem_applies", False))
 
     def _check_predict_tokens(self, X3):
         vocab = getattr(self, "vocabulary_", None)
@@ -634,3 +713,219 @@ dtype, device, random_state, verbose
 
     def _predict_cost_note(self):
         return "dense softmax attention builds seq_len x seq_len matrices"
+
+
+# ---------------------------------------------------------------------------------
+# Classification over 0..m with argmax: outside the theorem (THEORY R7)
+# ---------------------------------------------------------------------------------
+class _TokenCrossEntropy(torch.nn.Module):
+    """Cross-entropy of per-position logits ``(..., n_classes)`` against class indices
+    stored as floats ``(...)`` (the estimators move targets in the training dtype)."""
+
+    def forward(self, logits, target):
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), target.reshape(-1).long())
+
+
+def _class_distance(logits, target):
+    """``|argmax - target|`` per position, in class-index units."""
+    return (logits.argmax(-1).to(target.dtype) - target).abs()
+
+
+class _StopWhenClassified(StopWhenSolved):
+    """:class:`~minip_learn._skorch.StopWhenSolved` for class logits: the error of a
+    position is the distance between its argmax class index and the target index, so
+    any ``tolerance <= 1/2`` stops when every position is classified correctly."""
+
+    def on_batch_end(self, net, batch=None, training=None, y_pred=None, **kwargs):
+        if training:
+            err = _class_distance(y_pred.detach(), batch[1]).max().item()
+            self.max_error_ = max(self.max_error_, err)
+
+    def on_epoch_end(self, net, dataset_train=None, **kwargs):
+        net.history.record("train_max_error", self.max_error_)
+        if self.max_error_ < self.tolerance:
+            with torch.no_grad():
+                net.module_.eval()
+                out = net.infer(dataset_train.X)
+                err = _class_distance(out, dataset_train.y).max().item()
+            if err < self.tolerance:
+                raise KeyboardInterrupt
+
+
+class KernelAttentionClassifier(ClassifierMixin, KernelAttentionRegressor):
+    """Kernel attention with class logits and an argmax readout -- **outside the theorem**.
+
+    The same model as :class:`KernelAttentionRegressor` (same hyperparameters:
+    ``rank``, ``feature_map``, ``n_heads``, ``n_layers``, ``readout`` ...), but the
+    readout gives one logit per class at every position (one query-dependent affine
+    readout per class for ``readout="affine"``, an MLP otherwise), training minimises
+    the cross-entropy, and ``predict`` returns the argmax class. The argmax of several
+    affine readouts is not an affine readout, so THEORY R4-R5 do not cover this model
+    (``theorem_applies_`` is always False, R7): it is a labelled variant for measuring
+    whether the certified bound also binds classifiers.
+
+    Classes: when every label is an integer in ``0..n_bits`` (Min-IP targets) the
+    classes are all of ``0..n_bits`` (``n_bits + 1`` logits, whether or not a value
+    occurs in training); otherwise the sorted distinct labels (any hashable labels,
+    as usual in scikit-learn). Continuous targets are a ``ValueError``.
+
+    Parameters
+    ----------
+    rank, feature_map, value_dim, feature_width, feature_depth, shared_features, \
+feature_kwargs, n_heads, n_layers, readout, readout_width, lr, max_epochs, batch_size, \
+optimizer, weight_decay, stop_tolerance, n_init, callbacks, dtype, device, \
+random_state, verbose
+        As in :class:`KernelAttentionRegressor`. A training position's error is the
+        distance between its argmax class index and its target index, so
+        ``stop_tolerance`` (any value ``<= 0.5``) stops training once every training
+        position is classified correctly.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        The class labels (``0..n_bits`` for Min-IP targets).
+    net_ : skorch.NeuralNet
+        The trained net; ``net_.module_`` is a
+        :class:`~minip_learn.nn.KernelAttentionModel` with ``n_outputs = n_classes``.
+    solved_ : bool
+        Whether every training position's argmax is its target.
+    train_max_error_ : float
+        Largest distance between predicted and true class index on the training set
+        (0 when solved; in label units for Min-IP targets).
+    theorem_applies_ : bool
+        Always False (argmax readout).
+    n_epochs_, init_errors_, n_bits_, seq_len_, n_features_in_, vocabulary_
+        As in :class:`KernelAttentionRegressor`.
+
+    Examples
+    --------
+    >>> from minip_learn import KernelAttentionClassifier
+    >>> from minip_learn.datasets import make_minip
+    >>> X, y = make_minip(64, seq_len=2, n_bits=6, random_state=0)
+    >>> clf = KernelAttentionClassifier(rank=2, random_state=0).fit(X, y)
+    >>> clf.classes_
+    array([0, 1, 2, 3, 4, 5, 6])
+    >>> clf.score(X, y), clf.solved_, clf.theorem_applies_
+    (1.0, True, False)
+    """
+
+    _criterion = _TokenCrossEntropy
+    _stop_class = _StopWhenClassified
+
+    def _n_outputs(self):
+        classes = self.__dict__.get("_fit_classes")
+        if classes is None:
+            classes = getattr(self, "classes_", None)
+        return 2 if classes is None else len(classes)
+
+    def _max_error(self, output, y):
+        return _class_distance(output, y).max().item()
+
+    @staticmethod
+    def _labels(y, was_2d):
+        if y is None:
+            raise ValueError(
+                "KernelAttentionClassifier requires y to be passed, but the target y is None.")
+        arr = np.asarray(y)
+        if was_2d and arr.ndim == 2 and arr.shape[1] == 1:
+            warnings.warn(
+                "A column-vector y was passed when a 1d array was expected. Please change "
+                "the shape of y to (n_samples,), for example using ravel().",
+                DataConversionWarning,
+                stacklevel=3,
+            )
+            arr = arr[:, 0]
+        if arr.ndim == 0:
+            raise ValueError(f"y must be an array of labels; got {y!r}.")
+        check_classification_targets(arr.reshape(-1))
+        return arr
+
+    def fit(self, X, y, *, check_minip=False):
+        """Fit the classifier on sequences ``X`` with per-token class labels ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+            Class labels, one per token (e.g. Min-IP targets ``0..n_bits``).
+        check_minip : bool, default=False
+            Also require Min-IP data (0/1 tokens, ``y`` the exact Min-IP targets).
+
+        Returns
+        -------
+        self : object
+        """
+        X3, was_2d = check_sequences(X, allow_2d=True)
+        labels = self._labels(y, was_2d)
+        flat = labels.reshape(-1)
+        n_bits = X3.shape[2]
+        minip = False
+        if flat.dtype.kind in "iub" or (
+                flat.dtype.kind == "f" and np.isfinite(flat).all()
+                and np.array_equal(flat, np.round(flat))):
+            minip = flat.size > 0 and flat.min() >= 0 and flat.max() <= n_bits
+        if minip:
+            classes = np.arange(n_bits + 1)
+        else:
+            classes = np.unique(flat)
+        index = np.searchsorted(classes, labels).astype(np.float64)
+        if check_minip:
+            check_minip_targets(X3, check_targets(labels, X3.shape[0], X3.shape[1],
+                                                  was_2d=was_2d))
+        self._fit_classes = classes
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DataConversionWarning)
+                super().fit(X, index)
+        finally:
+            self.__dict__.pop("_fit_classes", None)
+        self.classes_ = classes
+        return self
+
+    def predict(self, X):
+        """Predicted class of every token (argmax of its logits).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples, seq_len), or (n_samples,) for 2-D X
+        """
+        logits = super().predict(X)
+        return self.classes_[logits.argmax(-1)]
+
+    def score(self, X, y, sample_weight=None):
+        """Sequence exact-match accuracy: the fraction of sequences with every position
+        classified correctly (plain accuracy for 2-D ``X``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+        sample_weight : None
+            Not supported; must be None.
+
+        Returns
+        -------
+        score : float
+        """
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by the exact-match score.")
+        y_pred = self.predict(X)
+        labels = np.asarray(y)
+        if labels.size != y_pred.size:
+            raise ValueError(
+                f"y has shape {labels.shape}, which does not match the predictions "
+                f"{y_pred.shape} (one label per token of every sequence).")
+        correct = (labels.reshape(y_pred.shape) == y_pred).reshape(len(y_pred), -1)
+        return float(correct.all(axis=1).mean())
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.regressor_tags = None
+        tags.classifier_tags.multi_class = True
+        tags.classifier_tags.multi_label = False
+        return tags

@@ -1,6 +1,8 @@
 """The theory layer: exact constructions, lower bounds and certificates (THEORY R1-R8).
 
 * :mod:`~minip_learn.theory.bounds` -- closed-form statements (R4, R5, R8), numpy only.
+* :mod:`~minip_learn.theory.capacity` -- R8 applied to a model: its channel capacity
+  against the transcript bound of a family (torch only to read a model's dtype).
 * :mod:`~minip_learn.theory.certify` -- :func:`certify`: the certified minimum rank of
   any family of sequences, recomputed from the sequences (numpy only).
 * :mod:`~minip_learn.theory.codes` and :mod:`~minip_learn.theory.design` -- the codes
@@ -17,6 +19,7 @@ from .bounds import (
     gap_mixture_weight,
     transcript_lower_bound,
 )
+from .capacity import model_channel_capacity, transcript_check
 from .certify import Certificate, certify, family_constraints
 from .codes import (
     greedy_constant_weight_code,
@@ -50,10 +53,12 @@ __all__ = [
     "hadamard_code",
     "hadamard_matrix",
     "hadamard_orders",
+    "model_channel_capacity",
     "product_code",
     "product_code_bound",
     "rank_one_head",
     "softmax_construction",
+    "transcript_check",
     "transcript_lower_bound",
     "witness_bound",
     "witness_denominators",
