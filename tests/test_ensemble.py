@@ -1,0 +1,211 @@
+"""Batched ensembles: rank masking, HeadEnsemble, fit_ensemble == separate fits, sweeps."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.linear_model import LinearRegression
+
+from minip_learn import KernelAttentionRegressor, SoftmaxAttentionRegressor
+from minip_learn.datasets import make_minip
+from minip_learn.model_selection import fit_ensemble, rank_sweep
+from minip_learn.nn import HeadEnsemble, KernelAttentionHead
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_minip(60, seq_len=3, n_bits=6, min_gap=2, random_state=0)
+
+
+def _tokens(n=7, seq_len=3, n_bits=6, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 2, (n, seq_len, n_bits), generator=g).to(torch.float64)
+
+
+def _kernel_head(rank, feature_map, x, seed):
+    kw = {}
+    if feature_map == "table":
+        kw["vocabulary"] = np.unique(x.reshape(-1, x.shape[-1]).numpy(), axis=0)
+    torch.manual_seed(seed)
+    return KernelAttentionHead(x.shape[-1], rank, feature_map=feature_map,
+                               feature_kwargs=kw).to(torch.float64)
+
+
+# -- torch layer ------------------------------------------------------------------------
+def test_feature_mask_absent_by_default():
+    head = KernelAttentionHead(6, 3)
+    assert head.feature_mask is None
+    assert not any("feature_mask" in k for k in head.state_dict())
+
+
+@pytest.mark.parametrize("feature_map", ["elu+1", "table", "exp"])
+def test_rank_mask_gives_exactly_a_rank_r_head(feature_map):
+    x = _tokens()
+    small = _kernel_head(2, feature_map, x, seed=0)
+    big = _kernel_head(5, feature_map, x, seed=1)
+    with torch.no_grad():  # embed the rank-2 parameters into the rank-5 head
+        for (n, p), (_, q) in zip(small.named_parameters(), big.named_parameters()):
+            q.zero_()
+            q[tuple(slice(0, k) for k in p.shape)] = p
+    # without the mask the zero-padded features are not zero (elu(0)+1 = 1, exp(0) = 1)
+    assert not torch.allclose(big(x), small(x), atol=1e-6)
+    big.feature_mask = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
+    torch.testing.assert_close(big(x), small(x), rtol=0, atol=1e-13)
+    phi_q, phi_k = big.features(x)
+    assert (phi_q[..., 2:] == 0).all() and (phi_k[..., 2:] == 0).all()
+    sq, sk = small.features(x)
+    torch.testing.assert_close(phi_q[..., :2] / phi_q[..., :2].sum(-1, keepdim=True),
+                               sq / sq.sum(-1, keepdim=True), rtol=0, atol=1e-13)
+    # masked parameters get zero gradients
+    big(x).sum().backward()
+    for (n, p), (_, q) in zip(small.named_parameters(), big.named_parameters()):
+        if p.shape != q.shape:
+            g = q.grad.clone()
+            g[tuple(slice(0, k) for k in p.shape)] = 0
+            assert (g == 0).all(), n
+
+
+def test_head_ensemble_forward_and_shapes():
+    x = _tokens()
+    heads = [_kernel_head(r, "favor+", x, seed=s) for r, s in [(2, 0), (4, 1), (3, 2)]]
+    ens = HeadEnsemble(heads)
+    out = ens(x)
+    assert out.shape == (3, 7, 3)
+    for i, h in enumerate(heads):
+        torch.testing.assert_close(out[i], h(x), rtol=0, atol=1e-12)
+        state = ens.member_state_dict(i)
+        for n, p in h.named_parameters():
+            assert torch.equal(state[n], p.detach())
+    with pytest.raises(ValueError, match="non-empty"):
+        HeadEnsemble([])
+
+
+# -- fit_ensemble == separate fits ------------------------------------------------------
+CASES = {
+    "elu+1": (KernelAttentionRegressor(dtype="float64", max_epochs=150), [2, 6]),
+    "table": (KernelAttentionRegressor(dtype="float64", max_epochs=150,
+                                       feature_map="table"), [3]),
+    "softmax": (SoftmaxAttentionRegressor(dtype="float64", max_epochs=150), None),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_members_equal_separate_fits(case, data):
+    X, y = data
+    est, ranks = CASES[case]
+    res = fit_ensemble(est, X, y, ranks=ranks, seeds=[0, 2])
+    assert len(res.estimators) == len(res.params) == (len(ranks) if ranks else 1) * 2
+    epochs = set()
+    for p, member in zip(res.params, res.estimators):
+        ref = clone(est).set_params(**p).fit(X, y)
+        assert type(member) is type(ref)
+        assert member.get_params() == ref.get_params()
+        np.testing.assert_allclose(member.predict(X), ref.predict(X), rtol=0, atol=1e-6)
+        assert member.n_epochs_ == ref.n_epochs_ == len(member.net_.history)
+        assert member.solved_ == ref.solved_
+        assert member.seq_len_ == ref.seq_len_ and member.n_bits_ == ref.n_bits_
+        np.testing.assert_allclose(member.train_max_error_, ref.train_max_error_, atol=1e-6)
+        np.testing.assert_allclose(member.net_.history[:, "train_loss"],
+                                   ref.net_.history[:, "train_loss"], rtol=1e-6)
+        # optimizer state too: refitting with partial_fit continues the same trajectory
+        s_m = member.net_.optimizer_.state_dict()["state"]
+        s_r = ref.net_.optimizer_.state_dict()["state"]
+        assert s_m.keys() == s_r.keys()
+        for k in s_r:
+            assert float(s_m[k]["step"]) == float(s_r[k]["step"])
+            torch.testing.assert_close(s_m[k]["exp_avg"], s_r[k]["exp_avg"], rtol=0, atol=1e-6)
+        if hasattr(ref, "vocabulary_"):
+            np.testing.assert_array_equal(member.vocabulary_, ref.vocabulary_)
+        epochs.add(member.n_epochs_)
+    np.testing.assert_array_equal(res.n_epochs, [e.n_epochs_ for e in res.estimators])
+    np.testing.assert_array_equal(res.solved, [e.solved_ for e in res.estimators])
+    assert len(epochs) > 1  # members stopped at different epochs: stopping was per member
+
+
+def test_stopped_member_is_frozen(data):
+    X, y = data
+    est = KernelAttentionRegressor(rank=6, dtype="float64", max_epochs=150)
+    res = fit_ensemble(est, X, y, seeds=[0, 1])
+    early = int(np.argmin(res.n_epochs))
+    assert res.n_epochs[early] < res.n_epochs.max()  # the ensemble ran on after it stopped
+    member = res.estimators[early]
+    # the same trajectory cut at the stopping epoch, without any stopping rule
+    ref = clone(est).set_params(random_state=res.params[early]["random_state"],
+                                stop_tolerance=None,
+                                max_epochs=int(res.n_epochs[early])).fit(X, y)
+    for (n, p), (_, q) in zip(member.net_.module_.named_parameters(),
+                              ref.net_.module_.named_parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-8, msg=n)
+    assert member.train_max_error_ < 0.25
+
+
+def test_n_init_picks_what_restarts_pick(data):
+    X, y = data
+    est = KernelAttentionRegressor(rank=6, dtype="float64", max_epochs=100, n_init=3,
+                                   stop_tolerance=0.4)
+    res = fit_ensemble(est, X, y, seeds=[0, 1, 2])
+    assert res.n_members == 9
+    n_tries = []
+    for p, member in zip(res.params, res.estimators):
+        ref = clone(est).set_params(**p).fit(X, y)
+        np.testing.assert_allclose(member.init_errors_, ref.init_errors_, atol=1e-6)
+        assert member.n_epochs_ == ref.n_epochs_
+        np.testing.assert_allclose(member.predict(X), ref.predict(X), atol=1e-6)
+        n_tries.append(len(member.init_errors_))
+    assert len(set(n_tries)) > 1  # some seeds restarted, some did not
+
+
+# -- sweeps -------------------------------------------------------------------------------
+def test_rank_sweep_ensemble_rows_and_resume(data, tmp_path):
+    X, y = data
+    est = KernelAttentionRegressor(dtype="float64", max_epochs=40)
+    plain = rank_sweep(est, X, y, ranks=[2], seeds=[0, 1], out=tmp_path, progress=False)
+    assert not plain.results["ensemble"].any()
+    both = rank_sweep(est, X, y, ranks=[2, 4], seeds=[0, 1], out=tmp_path, progress=False,
+                      ensemble=True)
+    assert (both.n_resumed, both.n_computed) == (2, 2)
+    ref = rank_sweep(est, X, y, ranks=[2, 4], seeds=[0, 1], progress=False)
+    a, b = both.results, ref.results
+    assert list(a.columns) == list(b.columns)
+    assert a["fit_id"].tolist() == b["fit_id"].tolist()
+    assert a["ensemble"].tolist() == [False, False, True, True]
+    np.testing.assert_allclose(a["max_abs_error"], b["max_abs_error"], atol=1e-6)
+    assert a["n_epochs"].tolist() == b["n_epochs"].tolist()
+    again = rank_sweep(est, X, y, ranks=[2, 4], seeds=[0, 1], out=tmp_path, progress=False,
+                       ensemble=True)
+    assert (again.n_resumed, again.n_computed) == (4, 0)
+
+
+def test_rank_sweep_ensemble_keeps_certified_bound_check():
+    X, y = make_minip(32, seq_len=2, n_bits=6, random_state=0)  # solved at rank 1 (R1)
+    est = KernelAttentionRegressor(stop_tolerance=0.5)
+    with pytest.raises(RuntimeError, match="certified minimum rank"):
+        rank_sweep(est, X, y, ranks=[1], seeds=[0], certified_min_rank=3, progress=False,
+                   ensemble=True)
+
+
+# -- bad input ----------------------------------------------------------------------------
+@pytest.mark.parametrize("est, kwargs, match", [
+    (LinearRegression(), {}, "KernelAttentionRegressor or SoftmaxAttentionRegressor"),
+    (SoftmaxAttentionRegressor(), {"ranks": [2]}, "has no rank"),
+    (KernelAttentionRegressor(), {"ranks": []}, "ranks must be a non-empty"),
+    (KernelAttentionRegressor(), {"ranks": [0]}, "rank"),
+    (KernelAttentionRegressor(), {"seeds": []}, "seeds must be a non-empty"),
+    (KernelAttentionRegressor(), {"seeds": [0, 0]}, "duplicates"),
+    (KernelAttentionRegressor(), {"seeds": [0.5]}, "seeds must be ints"),
+    (KernelAttentionRegressor(batch_size=8), {}, "batch_size"),
+    (KernelAttentionRegressor(callbacks=[]), {}, "callbacks"),
+    (KernelAttentionRegressor(lr=-1.0), {}, "lr"),
+])
+def test_bad_input(est, kwargs, match, data):
+    X, y = data
+    with pytest.raises(ValueError, match=match):
+        fit_ensemble(est, X, y, **kwargs)
+
+
+def test_bad_data(data):
+    X, y = data
+    with pytest.raises(ValueError, match="y is None"):
+        fit_ensemble(KernelAttentionRegressor(), X, None)
+    with pytest.raises(ValueError):
+        fit_ensemble(KernelAttentionRegressor(), X, y[:5])
