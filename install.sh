@@ -4,6 +4,7 @@
 #   ./install.sh            runtime dependencies
 #   ./install.sh test       + pytest, hypothesis, dask.distributed (what the tests use)
 #   ./install.sh docs       + Sphinx, sphinx-gallery, numpydoc, pydata-sphinx-theme
+#   ./install.sh bench      + pytest-benchmark, psutil (the benchmarks/ suite)
 #   ./install.sh test,docs  several extras
 #
 # torch comes first, and only when it is missing: a plain "torch" requirement on a

@@ -1,0 +1,205 @@
+"""Helpers shared by the benchmark modules (not collected as tests).
+
+* :func:`paired` times a *target* with pytest-benchmark and a *baseline* in the
+  untimed setup of every round, so the two alternate (baseline, target, baseline,
+  target, ...) in one process and machine noise hits both alike; the reported ratio is
+  the median of the per-round ratios.
+* :func:`hand_loop` is the bare torch training loop an estimator fit is compared with.
+* :func:`measure_forward_memory` runs attention forwards in a fresh subprocess and
+  reports their peak memory (see ``MEMORY_METHOD``), next to :func:`analytic_bytes`.
+"""
+
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+from skorch.callbacks import Callback
+
+QUICK = os.environ.get("MINIP_BENCH_QUICK", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def paired(benchmark, target, baseline, *, rounds):
+    """Time ``target()`` with pytest-benchmark, ``baseline()`` interleaved with it.
+
+    ``baseline`` runs in the setup of each round (untimed by pytest-benchmark) and must
+    return its own elapsed time in seconds, so it may exclude its own preparation.
+
+    Returns
+    -------
+    dict with ``target`` and ``baseline`` (lists of seconds, one per round), their
+    medians and ``ratio`` = median over rounds of target / baseline.
+    """
+    base = []
+
+    def setup():
+        base.append(baseline())
+
+    benchmark.pedantic(target, setup=setup, rounds=rounds, iterations=1, warmup_rounds=0)
+    tgt = list(benchmark.stats.stats.data)
+    ratios = [t / b for t, b in zip(tgt, base)]
+    return {
+        "target": tgt,
+        "baseline": base,
+        "target_median": statistics.median(tgt),
+        "baseline_median": statistics.median(base),
+        "ratio": statistics.median(ratios),
+        "ratios": ratios,
+    }
+
+
+class _InitialState(Callback):
+    """Keep a copy of the module as it was when training began."""
+
+    def on_train_begin(self, net, **kwargs):
+        self.module = copy.deepcopy(net.module_)
+
+
+def hand_loop(est, X, y, epochs):
+    """Train the same module as ``est.fit`` with a bare torch loop; return seconds.
+
+    The module is the estimator's own head with the estimator's own initial weights
+    (captured by a one-epoch fit, untimed); optimizer (Adam, ``est.lr``), loss (MSE)
+    and full-batch data are the estimator's. ``epochs`` optimizer steps are timed.
+    """
+    initial = _InitialState()
+    est.set_params(max_epochs=1, callbacks=[initial]).fit(X, y)
+    est.set_params(callbacks=None)
+    module = initial.module
+    Xt = torch.as_tensor(X, dtype=torch.float32)
+    yt = torch.as_tensor(y, dtype=torch.float32)
+    opt = torch.optim.Adam(module.parameters(), lr=est.lr)
+    loss_fn = torch.nn.MSELoss()
+    start = time.perf_counter()
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss = loss_fn(module(Xt), yt)
+        loss.backward()
+        opt.step()
+        loss.item()  # the estimator logs the loss each epoch, which syncs
+    return time.perf_counter() - start
+
+
+# -- (c) attention forward: analytic and measured memory --------------------------------
+
+N_BITS = 24
+RANK = 64
+SCORE_DIM = 64
+FLOAT_BYTES = 4  # float32
+
+MEMORY_METHOD = (
+    "forwards under torch.no_grad (float32, batch 1) in one fresh subprocess, after a "
+    "warm-up forward of each head at N=16, with glibc's mmap threshold fixed at 64 KiB "
+    "(MALLOC_MMAP_THRESHOLD_=65536: every tensor above it is mapped and unmapped on its "
+    "own, so memory freed at one N is not reused at the next); 'torch peak' is the "
+    "high-water mark of live torch CPU allocations during a profiled forward "
+    "(torch.profiler, profile_memory=True: the [memory] events summed in time order); "
+    "'RSS peak' is the process's resident-set high-water mark during an unprofiled "
+    "forward (VmHWM, reset through /proc/self/clear_refs just before it) minus the "
+    "resident set just before it"
+)
+
+
+def make_head(kind):
+    from minip_learn.nn import KernelAttentionHead, SoftmaxAttentionHead
+
+    if kind == "kernel":
+        return KernelAttentionHead(N_BITS, RANK)
+    if kind == "softmax":
+        return SoftmaxAttentionHead(N_BITS, score_dim=SCORE_DIM)
+    raise ValueError(kind)
+
+
+def analytic_bytes(kind, n, *, rank=RANK, score_dim=SCORE_DIM, value_dim=N_BITS):
+    """Bytes of the tensors live at the peak of one forward (input and weights excluded).
+
+    Kernel head: at the readout, the features ``phi_Q, phi_K`` (2 N r), the sketch
+    (``S``: r d, ``s``: r), the values, the numerator, the normalised output, the
+    readout weights and their product with it (5 N d) and the denominator (N): linear
+    in N. Softmax head: the larger of the moment the scores are formed (queries and
+    keys 2 N d_s, the product N^2) and the softmax (scores and weights, 2 N^2).
+    """
+    if kind == "kernel":
+        floats = 2 * n * rank + rank * value_dim + rank + 5 * n * value_dim + n
+    else:
+        floats = max(2 * n * n, n * n + 2 * n * score_dim)
+    return floats * FLOAT_BYTES
+
+
+_PROBE = r"""
+import json, re, sys, torch
+sys.path.insert(0, {bench_dir!r})
+from _bench import make_head
+from torch.profiler import ProfilerActivity, profile
+
+torch.set_num_threads(1)
+cases = {cases!r}
+
+def status():
+    text = open("/proc/self/status").read()
+    return {{k: int(re.search(k + r":\s+(\d+) kB", text).group(1)) * 1024 for k in ("VmRSS", "VmHWM")}}
+
+heads = {{kind: make_head(kind).eval() for kind in sorted({{k for k, _ in cases}})}}
+with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True):
+    for head in heads.values():
+        head(torch.rand(1, 16, head.n_bits).round())  # lazy initialisation, not measured
+for kind, n in cases:
+    head = heads[kind]
+    out = {{"head": kind, "n": n}}
+    with torch.no_grad():
+        x = torch.rand(1, n, head.n_bits).round()
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # reset VmHWM to the current RSS
+            before = status()["VmRSS"]
+            head(x)
+            out["rss_peak"] = status()["VmHWM"] - before
+        except OSError:
+            out["rss_peak"] = None
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            head(x)
+    cur = peak = 0
+    mem = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    for e in sorted(mem, key=lambda e: e.start_ns()):
+        cur += e.nbytes()
+        peak = max(peak, cur)
+    out["torch_peak"] = peak
+    del x, prof
+    print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def measure_forward_memory(cases, *, timeout=900):
+    """Peak memory of one forward for each ``(head, n)`` in ``cases`` (bytes).
+
+    Returns ``{(head, n): {"torch_peak": int, "rss_peak": int or None}}``; see
+    ``MEMORY_METHOD``. One subprocess for all cases: importing torch and starting the
+    profiler cost seconds each time.
+    """
+    code = _PROBE.format(bench_dir=os.path.dirname(os.path.abspath(__file__)),
+                         cases=[tuple(c) for c in cases])
+    env = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            row = json.loads(line[len("RESULT "):])
+            out[row.pop("head"), row.pop("n")] = row
+    if len(out) != len(cases):
+        raise RuntimeError(f"memory probe failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
+    return out
+
+
+def available_memory():
+    """Available system memory in bytes (psutil if present, else sysconf)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))

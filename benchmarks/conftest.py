@@ -1,0 +1,216 @@
+"""pytest-benchmark suite: configuration and the side-by-side summary.
+
+Run from the repository root (offline, about 5 minutes on 2 cores)::
+
+    ./install.sh bench && python -m pytest benchmarks --benchmark-only
+
+``--bench-quick`` (or ``MINIP_BENCH_QUICK=1``) runs smaller sizes in about a minute.
+At the end the ratio tables are printed and written to ``benchmarks/results/``
+(``MINIP_BENCH_OUT`` changes the folder): ``bench-results.json``, ``bench-results.md``
+and ``bench_seq_len.png``. The repository's ``python -m pytest`` never collects this
+folder (pyproject's ``testpaths`` are ``tests`` and ``minip_learn``).
+"""
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+import pytest
+
+try:
+    import pytest_benchmark  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise pytest.UsageError(
+        "the benchmarks need pytest-benchmark: install the bench extra first "
+        "(./install.sh bench, or pip install -e '.[bench]')."
+    ) from exc
+
+import _bench  # noqa: E402  (benchmarks/ is on sys.path: pytest's rootdir-based import)
+
+SECTIONS = ("fit", "sweep", "seq_len", "ensemble")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--bench-quick", action="store_true", default=False,
+                     help="minip_learn benchmarks: smaller sizes (about a minute).")
+
+
+def pytest_configure(config):
+    if config.getoption("--bench-quick", default=False):
+        os.environ["MINIP_BENCH_QUICK"] = "1"
+        _bench.QUICK = True
+    config._minip_bench = {
+        "meta": {
+            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "load_avg_start": _loadavg(),
+        },
+        **{s: [] for s in SECTIONS},
+        "skipped": [],
+    }
+
+
+def _loadavg():
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return None
+
+
+@pytest.fixture
+def quick():
+    return _bench.QUICK
+
+
+@pytest.fixture
+def bench_record(request):
+    """``bench_record(section, row_dict)``: add a row to the end-of-run summary."""
+    store = request.config._minip_bench
+
+    def record(section, row):
+        store[section].append(row)
+
+    return record
+
+
+@pytest.fixture
+def bench_skip(request):
+    """``bench_skip(reason)``: skip this benchmark and list the reason in the summary."""
+    store = request.config._minip_bench
+
+    def skip(reason):
+        store["skipped"].append({"test": request.node.nodeid, "reason": reason})
+        pytest.skip(reason)
+
+    return skip
+
+
+# -- summary ------------------------------------------------------------------------------
+
+def _git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _machine():
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.is_available(),
+    }
+
+
+def _mib(b):
+    return "-" if b is None else f"{b / 2**20:,.2f}"
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return lines
+
+
+def markdown(res):
+    """The summary tables of a results dict, as markdown lines."""
+    out = []
+    if res["fit"]:
+        out += ["### (a) Estimator fit vs hand-written torch loop (same module, init, steps)", ""]
+        out += _table(
+            ["estimator", "epochs", "estimator fit [s]", "hand loop [s]", "ratio", "target"],
+            [[r["name"], r["epochs"], f"{r['target_median']:.3f}", f"{r['baseline_median']:.3f}",
+              f"{r['ratio']:.2f}x", "<= 1.2x"] for r in res["fit"]])
+        out.append("")
+    if res["sweep"]:
+        out += ["### (b) Witness-suite rank sweep: serial vs n_jobs=2", ""]
+        out += _table(
+            ["suite", "sequences", "fits x epochs", "serial [s]", "n_jobs=2 [s]", "speed-up"],
+            [[r["suite"], r["n_sequences"], f"{r['n_fits']} x {r['epochs']}",
+              f"{r['baseline_median']:.2f}", f"{r['target_median']:.2f}",
+              f"{1 / r['ratio']:.2f}x"] for r in res["sweep"]])
+        out.append("")
+    if res["seq_len"]:
+        by_n = {}
+        for r in res["seq_len"]:
+            by_n.setdefault(r["n"], {})[r["head"]] = r
+        out += [f"### (c) Attention forward vs sequence length N (batch 1, float32, "
+                f"m={_bench.N_BITS}, kernel rank {_bench.RANK}, softmax score_dim "
+                f"{_bench.SCORE_DIM}, 1 thread)", ""]
+        rows = []
+        for n in sorted(by_n):
+            k, s = by_n[n].get("kernel", {}), by_n[n].get("softmax", {})
+
+            def t(r):
+                return "-" if r.get("time_median") is None else f"{r['time_median'] * 1e3:.3g}"
+
+            ratio = ("-" if k.get("time_median") is None or s.get("time_median") is None
+                     else f"{s['time_median'] / k['time_median']:.2f}")
+            rows.append([n, t(k), t(s), ratio,
+                         _mib(k.get("torch_peak")), _mib(k.get("rss_peak")), _mib(k.get("analytic")),
+                         _mib(s.get("torch_peak")), _mib(s.get("rss_peak")), _mib(s.get("analytic"))])
+        out += _table(["N", "kernel [ms]", "softmax [ms]", "softmax / kernel",
+                       "kernel torch peak [MiB]", "kernel RSS peak [MiB]", "kernel analytic [MiB]",
+                       "softmax torch peak [MiB]", "softmax RSS peak [MiB]",
+                       "softmax analytic [MiB]"], rows)
+        out += ["", f"Memory: {_bench.MEMORY_METHOD}. Analytic: the "
+                "float32 tensors live at the peak (input and weights excluded): kernel "
+                "2Nr + 5Nd + rd + r + N (features, values, readout terms, sketch; d = m), "
+                "softmax max(2N^2, N^2 + 2N d_s) (scores and softmax weights together).", ""]
+    if res["ensemble"]:
+        out += ["### (d) Batched ensemble (fit_ensemble) vs separate fits", ""]
+        out += _table(
+            ["estimator", "models", "epochs", "separate, per model [s]", "ensemble, per model [s]",
+             "speed-up per model", "target"],
+            [[r["name"], r["n_models"], r["epochs"], f"{r['baseline_median'] / r['n_models']:.3f}",
+              f"{r['target_median'] / r['n_models']:.3f}", f"{1 / r['ratio']:.1f}x", ">= 8x"]
+             for r in res["ensemble"]])
+        out.append("")
+    for s in res["skipped"]:
+        out.append(f"Skipped: {s['test']}: {s['reason']}")
+    return out
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    res = getattr(config, "_minip_bench", None)
+    if res is None or not any(res[s] for s in SECTIONS + ("skipped",)):
+        return
+    res["meta"].update(
+        finished=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        load_avg_end=_loadavg(), quick=_bench.QUICK, commit=_git_commit(), machine=_machine(),
+    )
+    out_dir = Path(os.environ.get("MINIP_BENCH_OUT") or Path(__file__).parent / "results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = markdown(res)
+    meta = res["meta"]
+    header = [f"minip_learn benchmarks ({'quick' if meta['quick'] else 'full'}), commit "
+              f"{meta['commit']}, {meta['machine']['cpu_count']} CPUs, torch "
+              f"{meta['machine']['torch']}, load average {meta['load_avg_start']} -> "
+              f"{meta['load_avg_end']}", ""]
+    (out_dir / "bench-results.json").write_text(json.dumps(res, indent=1) + "\n")
+    (out_dir / "bench-results.md").write_text("\n".join(header + lines) + "\n")
+    written = [out_dir / "bench-results.json", out_dir / "bench-results.md"]
+    if res["seq_len"]:
+        try:
+            from plot_seq_len import plot
+
+            plot(res, out_dir / "bench_seq_len.png")
+            written.append(out_dir / "bench_seq_len.png")
+        except Exception as exc:  # noqa: BLE001 - the figure must not hide the tables
+            terminalreporter.write_line(f"(figure not written: {exc!r})")
+    tr = terminalreporter
+    tr.section("minip_learn benchmark ratios")
+    for line in header + lines:
+        tr.write_line(line)
+    tr.write_line("written: " + ", ".join(str(p) for p in written))

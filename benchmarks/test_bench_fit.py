@@ -1,0 +1,44 @@
+"""(a) One full-batch estimator fit vs a hand-written torch loop (issue 6, target <= 1.2x).
+
+Both sides train the same head class with the same initial weights, optimizer (Adam,
+same lr), MSE loss, full-batch data (1,000 hard length-3 sequences, m = 24) and number
+of optimizer steps; the estimator runs with ``stop_tolerance=None`` so it does exactly
+``max_epochs`` steps. The estimator's time is its whole ``fit`` (validation, module
+construction, the skorch loop, the final training-error pass); the hand loop's is the
+bare loop. The two alternate round by round (see ``_bench.paired``).
+"""
+
+import pytest
+from sklearn.base import clone
+
+from _bench import hand_loop, paired
+from minip_learn import KernelAttentionRegressor, SoftmaxAttentionRegressor
+from minip_learn.datasets import make_minip
+
+CASES = {
+    "KernelAttentionRegressor(rank=16)": KernelAttentionRegressor(
+        rank=16, stop_tolerance=None, random_state=0),
+    "SoftmaxAttentionRegressor()": SoftmaxAttentionRegressor(stop_tolerance=None, random_state=0),
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_minip(1000, seq_len=3, n_bits=24, min_gap=2, random_state=0)
+
+
+@pytest.mark.benchmark(group="a-fit-vs-hand-loop")
+@pytest.mark.parametrize("name", list(CASES))
+def test_fit_vs_hand_loop(benchmark, bench_record, quick, data, name):
+    X, y = data
+    epochs, rounds = (100, 3) if quick else (300, 5)
+    est = clone(CASES[name]).set_params(max_epochs=epochs)
+    loop_est = clone(CASES[name])
+    est.fit(X, y)  # warm-up: lazy imports, allocator
+    hand_loop(loop_est, X, y, 20)
+
+    res = paired(benchmark, lambda: est.fit(X, y),
+                 lambda: hand_loop(loop_est, X, y, epochs), rounds=rounds)
+    assert est.n_epochs_ == epochs  # same number of optimizer steps as the loop
+    benchmark.extra_info.update(ratio=res["ratio"], hand_loop_median=res["baseline_median"])
+    bench_record("fit", {"name": name, "epochs": epochs, "rounds": rounds, **res})

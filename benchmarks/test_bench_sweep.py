@@ -1,0 +1,51 @@
+"""(b) A witness-suite rank sweep, serial vs ``n_jobs=2`` (joblib/loky processes).
+
+``rank_sweep`` of a ``feature_map="table"`` kernel head over ranks and seeds with a
+fixed number of epochs (``stop_tolerance=None``: every fit does the same work),
+``threads_per_fit=1``. The loky worker pool is started by an untimed warm-up sweep, as
+it would be in a session running several sweeps; serial and parallel sweeps then
+alternate round by round. Ideal speed-up on 2 idle cores: 2x.
+"""
+
+import pytest
+
+from _bench import paired
+from minip_learn import KernelAttentionRegressor
+from minip_learn.datasets import make_witness_suite
+from minip_learn.model_selection import rank_sweep
+
+SUITES = {
+    # construction: (ranks, seeds, epochs) full / quick
+    "small": (([2, 4, 8, 16, 32], [0, 1], 300), ([4, 16], [0, 1], 100)),
+    "auto": (([8, 16, 32, 64], [0, 1], 60), None),
+}
+
+
+@pytest.mark.benchmark(group="b-sweep-serial-vs-parallel")
+@pytest.mark.parametrize("construction", list(SUITES))
+def test_sweep_serial_vs_parallel(benchmark, bench_record, bench_skip, quick, construction):
+    full, fast = SUITES[construction]
+    if quick and fast is None:
+        pytest.skip(f"witness suite {construction!r} only in the full run")
+    ranks, seeds, epochs = fast if quick else full
+    rounds = 2 if quick else 3
+    suite = make_witness_suite(24, 3, construction=construction)
+    est = KernelAttentionRegressor(feature_map="table", stop_tolerance=None, max_epochs=epochs)
+
+    def sweep(n_jobs):
+        def run():
+            import time
+
+            start = time.perf_counter()
+            rank_sweep(est, suite.X, suite.y, ranks=ranks, seeds=seeds, n_jobs=n_jobs,
+                       threads_per_fit=1, progress=False)
+            return time.perf_counter() - start
+        return run
+
+    rank_sweep(est, suite.X, suite.y, ranks=ranks[:1], seeds=seeds, n_jobs=2,
+               threads_per_fit=1, progress=False)  # warm-up: starts the loky workers
+    res = paired(benchmark, sweep(2), sweep(1), rounds=rounds)
+    benchmark.extra_info.update(speedup=1 / res["ratio"], serial_median=res["baseline_median"])
+    bench_record("sweep", {"suite": construction, "n_sequences": len(suite.X),
+                           "n_fits": len(ranks) * len(seeds), "ranks": ranks, "seeds": seeds,
+                           "epochs": epochs, "rounds": rounds, **res})
