@@ -4,6 +4,8 @@ This layer depends on numpy and scikit-learn utilities only.
 """
 
 from ._minip import make_minip, minip_gaps, minip_targets
+from ._ood import check_token_leakage, make_ood_minip
 from ._witness import make_witness_suite
 
-__all__ = ["make_minip", "make_witness_suite", "minip_gaps", "minip_targets"]
+__all__ = ["check_token_leakage", "make_minip", "make_ood_minip", "make_witness_suite",
+           "minip_gaps", "minip_targets"]

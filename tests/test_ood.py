@@ -1,0 +1,65 @@
+"""Out-of-distribution Min-IP: disjoint token pools, the leakage check, the OOD recipe."""
+
+import numpy as np
+import pytest
+
+from minip_learn.datasets import check_token_leakage, make_ood_minip, minip_gaps, minip_targets
+
+
+def _tokens(X):
+    return {t.tobytes() for t in np.asarray(X, dtype=np.uint8).reshape(-1, X.shape[-1])}
+
+
+def test_make_ood_minip_disjoint_pools_and_exact_targets():
+    d = make_ood_minip(60, 30, n_bits=10, n_tokens=48, test_tokens=16, random_state=0)
+    assert d.X_train.shape == (60, 3, 10) and d.X_test.shape == (30, 3, 10)
+    assert d.train_tokens.shape == (32, 10) and d.test_tokens.shape == (16, 10)
+    assert not (_tokens(d.X_train) & _tokens(d.X_test))
+    assert _tokens(d.X_train) <= _tokens(d.train_tokens)
+    assert _tokens(d.X_test) <= _tokens(d.test_tokens)
+    assert not (_tokens(d.train_tokens) & _tokens(d.test_tokens))
+    np.testing.assert_array_equal(d.y_train, minip_targets(d.X_train))
+    np.testing.assert_array_equal(d.y_test, minip_targets(d.X_test))
+    assert (minip_gaps(d.X_train) >= 2).all() and (minip_gaps(d.X_test) >= 2).all()
+    # distinct tokens within a sequence, no sequence twice
+    for X in (d.X_train, d.X_test):
+        assert len({x.tobytes() for x in X}) == len(X)
+        assert all(len({t.tobytes() for t in x}) == 3 for x in X)
+    assert d.params["n_train_tokens"] == 32 and "disjoint" in d.DESCR
+
+
+def test_make_ood_minip_is_reproducible():
+    a = make_ood_minip(20, 10, n_bits=8, n_tokens=64, random_state=3)
+    b = make_ood_minip(20, 10, n_bits=8, n_tokens=64, random_state=3)
+    np.testing.assert_array_equal(a.X_train, b.X_train)
+    np.testing.assert_array_equal(a.X_test, b.X_test)
+
+
+def test_check_token_leakage():
+    a = np.array([[[1, 0, 0], [0, 1, 0]]])
+    assert check_token_leakage(a, np.array([[[0, 0, 1], [1, 1, 0]]])) == 0
+    with pytest.raises(ValueError, match="token leakage: 1 token"):
+        check_token_leakage(a, np.array([[[0, 0, 1], [0, 1, 0]]]))
+    with pytest.raises(ValueError, match="n_bits"):
+        check_token_leakage(a, np.zeros((1, 2, 4)))
+    with pytest.raises(ValueError, match="X_test"):
+        check_token_leakage(a, np.full((1, 2, 3), 2))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(n_train=0), "n_train"),
+    (dict(n_test=-1), "n_test"),
+    (dict(n_bits=4, n_tokens=17), "n_tokens"),
+    (dict(test_tokens=1.5), "test_tokens"),
+    (dict(test_tokens="half"), "test_tokens"),
+    (dict(n_tokens=8, test_tokens=6), "each pool"),
+    (dict(seq_len=2), "min_gap"),
+    (dict(min_gap=20), "min_gap"),
+    (dict(density=2.0), "density"),
+    (dict(n_train=5000, n_tokens=12, test_tokens=4, max_draws=2000), "enlarge the pool"),
+])
+def test_make_ood_minip_bad_input(kwargs, match):
+    params = dict(n_train=10, n_test=10, n_bits=8, n_tokens=40, random_state=0)
+    params.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        make_ood_minip(**params)
