@@ -12,11 +12,17 @@ No check is an expected failure: every one of them passes.
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from minip_learn import KernelAttentionRegressor, SoftmaxAttentionRegressor
+from minip_learn import (
+    KernelAttentionClassifier,
+    KernelAttentionRegressor,
+    SoftmaxAttentionRegressor,
+)
 
 ESTIMATORS = [
     KernelAttentionRegressor(rank=4, max_epochs=30, random_state=0),
     SoftmaxAttentionRegressor(max_epochs=30, random_state=0),
+    # issue 8: the argmax classifier (outside the theorem) passes every check too
+    KernelAttentionClassifier(rank=4, max_epochs=30, random_state=0),
 ]
 
 #: check name -> reason, per estimator (at most 2 in all, each with a reason). Empty:
