@@ -16,6 +16,10 @@ its tables and figures when given an output folder:
 
 All numbers (ranks, seeds, epochs, feature map ...) live in :data:`SETTINGS`, one
 ``"quick"`` and one ``"full"`` entry per experiment; keyword arguments override them.
+Beyond the paper (issue 8; the results page of the docs): :func:`ood_experiment`
+(out-of-distribution scaling over disjoint token pools) and :func:`beyond_experiment`
+(signed maps, several heads/layers, nonlinear readouts against the certified bound).
+
 ``minip-learn reproduce ...`` (:mod:`minip_learn.cli`) calls these functions.
 """
 
@@ -32,8 +36,8 @@ from .estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from .model_selection import rank_sweep, summarize_sweep
 from .model_selection._sweep import _resolve_devices
 
-__all__ = ["SETTINGS", "EXPERIMENTS", "length_experiment", "markdown_table",
-           "run_experiment", "witness_experiment"]
+__all__ = ["SETTINGS", "EXPERIMENTS", "beyond_experiment", "length_experiment",
+           "markdown_table", "ood_experiment", "run_experiment", "witness_experiment"]
 
 #: The recipes' grids and training settings: ``SETTINGS[experiment]["quick"|"full"]``.
 SETTINGS = {
@@ -78,10 +82,82 @@ SETTINGS = {
             kernel=dict(feature_map="table", max_epochs=3000, stop_tolerance=0.5),
         ),
     },
+    # Beyond the paper (issue 8; minip_learn/_experiments_beyond.py, docs/results.rst).
+    # ood: disjoint train/test token pools at growing scale; parametric favor+ features
+    # (positive random features of exp(q.k): softmax's own kernel, so a rank sweep asks
+    # how many features approximate it well enough on unseen tokens).
+    "ood": {
+        "quick": dict(
+            scales=(dict(n_bits=8, n_tokens=128), dict(n_bits=12, n_tokens=256),
+                    dict(n_bits=16, n_tokens=512)),
+            data=dict(n_train=1024, n_test=256, test_tokens=0.5, min_gap=2, random_state=0),
+            ranks=(1, 4, 16, 64),
+            seeds=(0,),
+            softmax_seeds=(0, 1),
+            kernel=dict(feature_map="favor+", max_epochs=400, stop_tolerance=0.25),
+            softmax=dict(max_epochs=400, stop_tolerance=0.25, n_init=2,
+                         optimizer="adamw", weight_decay=0.01),
+            threshold=0.95,
+        ),
+        "full": dict(
+            scales=(dict(n_bits=8, n_tokens=128), dict(n_bits=12, n_tokens=256),
+                    dict(n_bits=16, n_tokens=512), dict(n_bits=24, n_tokens=1024)),
+            data=dict(n_train=4096, n_test=1024, test_tokens=0.5, min_gap=2, random_state=0),
+            ranks=(1, 2, 4, 8, 16, 32, 64, 128, 256),
+            seeds=(0, 1, 2),
+            softmax_seeds=(0, 1, 2),
+            kernel=dict(feature_map="favor+", max_epochs=3000, stop_tolerance=0.25),
+            softmax=dict(max_epochs=3000, stop_tolerance=0.25, n_init=4,
+                         optimizer="adamw", weight_decay=0.01),
+            threshold=0.95,
+        ),
+    },
+    # beyond: variants outside the theorem on the m = 24 small witness suite (bound 8);
+    # "table" is the theorem's arbitrary map, "exp" the parametric nonnegative baseline
+    # (several layers need a parametric map: deeper layers see real-valued tokens)
+    "beyond": {
+        "quick": dict(
+            suite=dict(n_bits=24, seq_len=3, construction="small"),
+            ranks=(2, 4, 8, 16),
+            seeds=(0,),
+            base=dict(feature_map="table", max_epochs=600, stop_tolerance=0.5),
+            variants=(
+                ("baseline: table, 1 head", "regressor", {}),
+                ("baseline: exp, 1 head", "regressor", dict(feature_map="exp")),
+                ("signed: identity", "regressor", dict(feature_map="identity")),
+                ("taylor (signed features, positive kernel)", "regressor", dict(feature_map="taylor", ranks=(3, 6, 10, 15))),
+                ("signed: rff", "regressor", dict(feature_map="rff")),
+                ("2 heads", "regressor", dict(n_heads=2)),
+                ("4 heads", "regressor", dict(n_heads=4)),
+                ("2 layers (exp)", "regressor", dict(n_layers=2, feature_map="exp")),
+                ("MLP readout", "regressor", dict(readout="mlp")),
+                ("argmax classifier", "classifier", {}),
+            ),
+        ),
+        "full": dict(
+            suite=dict(n_bits=24, seq_len=3, construction="small"),
+            ranks=(1, 2, 4, 6, 8, 12, 16, 32),
+            seeds=(0, 1, 2),
+            base=dict(feature_map="table", max_epochs=2000, stop_tolerance=0.5),
+            variants=(
+                ("baseline: table, 1 head", "regressor", {}),
+                ("baseline: exp, 1 head", "regressor", dict(feature_map="exp")),
+                ("signed: identity", "regressor", dict(feature_map="identity")),
+                ("taylor (signed features, positive kernel)", "regressor",
+                 dict(feature_map="taylor", ranks=(3, 6, 10, 15, 21, 28))),
+                ("signed: rff", "regressor", dict(feature_map="rff")),
+                ("2 heads", "regressor", dict(n_heads=2)),
+                ("4 heads", "regressor", dict(n_heads=4)),
+                ("2 layers (exp)", "regressor", dict(n_layers=2, feature_map="exp")),
+                ("MLP readout", "regressor", dict(readout="mlp")),
+                ("argmax classifier", "classifier", {}),
+            ),
+        ),
+    },
 }
 
 #: Names accepted by :func:`run_experiment` (and ``minip-learn reproduce``).
-EXPERIMENTS = ("witness", "length")
+EXPERIMENTS = ("witness", "length", "ood", "beyond")
 
 
 def _settings(experiment, quick, overrides):
@@ -466,13 +542,14 @@ def length_experiment(
 
 
 def run_experiment(name, **kwargs):
-    """Run the experiment ``name`` (``"witness"`` or ``"length"``) with ``kwargs``.
+    """Run the experiment ``name`` (one of :data:`EXPERIMENTS`) with ``kwargs``.
 
     Parameters
     ----------
-    name : {"witness", "length"}
+    name : {"witness", "length", "ood", "beyond"}
     **kwargs
-        Keyword arguments of :func:`witness_experiment` or :func:`length_experiment`.
+        Keyword arguments of :func:`witness_experiment`, :func:`length_experiment`,
+        :func:`ood_experiment` or :func:`beyond_experiment`.
 
     Returns
     -------
@@ -486,7 +563,12 @@ def run_experiment(name, **kwargs):
     >>> res.checks
     {'seq_len_1_solved_at_rank_1': True}
     """
-    funcs = {"witness": witness_experiment, "length": length_experiment}
+    funcs = {"witness": witness_experiment, "length": length_experiment,
+             "ood": ood_experiment, "beyond": beyond_experiment}
     if name not in funcs:
         raise ValueError(f"unknown experiment {name!r}; choose from {list(funcs)}.")
     return funcs[name](**kwargs)
+
+
+# the experiments beyond the paper (issue 8) live in their own module
+from ._experiments_beyond import beyond_experiment, ood_experiment  # noqa: E402

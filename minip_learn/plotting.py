@@ -4,6 +4,10 @@
   (log2 axis), with the certified bound and the constructive rank as vertical lines and
   dense softmax as a horizontal reference.
 * :func:`plot_length_transition` -- the same per sequence length (1, 2, 3, ...).
+* :func:`plot_ood_transition` -- held-out exact-match vs rank, one curve per problem
+  scale (disjoint train/test token pools), dense softmax per scale as a reference.
+* :func:`plot_variant_sweep` -- solved fraction vs rank for model variants (signed
+  maps, several heads/layers, nonlinear readouts) against a certified bound.
 * :func:`plot_kernel_heatmap` -- a fitted kernel head's matrix ``alpha(x_i, k_j)`` on a
   witness suite's queries and designated keys (the approximate identity of THEORY R5).
 
@@ -13,7 +17,8 @@ Each function draws on ``ax`` (a new figure when None) and returns the axes.
 
 import numpy as np
 
-__all__ = ["kernel_matrix", "plot_kernel_heatmap", "plot_length_transition", "plot_phase_transition"]
+__all__ = ["kernel_matrix", "plot_kernel_heatmap", "plot_length_transition",
+           "plot_ood_transition", "plot_phase_transition", "plot_variant_sweep"]
 
 
 def _axes(ax, figsize=(6.4, 4.2)):
@@ -309,3 +314,104 @@ def plot_kernel_heatmap(estimator, queries, keys, *, normalize="diagonal", log=T
     rank = getattr(estimator, "rank", None)
     ax.set_title(title or f"Kernel matrix of a fitted head (rank {rank})")
     return ax
+
+
+def plot_ood_transition(summary, *, threshold=None, ax=None, title=None):
+    """Held-out exact-match vs feature rank, one curve per problem scale.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        ``ood_experiment(...).summary``: columns ``scale``, ``n_bits``, ``n_tokens``,
+        ``model``, ``rank``, ``test_exact_match`` and optionally
+        ``test_exact_match_min``. Kernel rows (with a rank) are drawn as lines (the band
+        spans the worst seed), softmax rows (no rank) as dotted horizontal lines in the
+        colour of their scale.
+    threshold : float, default=None
+        Test exact-match counted as the jump, drawn as a thin horizontal line.
+    ax : matplotlib Axes, default=None
+    title : str, default=None
+
+    Returns
+    -------
+    ax : matplotlib Axes
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from minip_learn.plotting import plot_ood_transition
+    >>> summary = pd.DataFrame({
+    ...     "scale": [0, 0, 0], "n_bits": [8, 8, 8], "n_tokens": [128] * 3,
+    ...     "model": ["kernel", "kernel", "softmax"], "rank": [4, 16, None],
+    ...     "test_exact_match": [0.6, 1.0, 1.0]})
+    >>> ax = plot_ood_transition(summary, threshold=0.95)
+    >>> ax.get_xscale()
+    'log'
+    """
+    ax = _axes(ax, figsize=(9.0, 4.4))
+    kernel, reference = _split_reference(summary)
+    for i, (scale, g) in enumerate(kernel.groupby("scale", sort=True)):
+        g = g.sort_values("rank")
+        r = g["rank"].to_numpy(float)
+        row = g.iloc[0]
+        label = f"m = {int(row['n_bits'])}, {int(row['n_tokens'])} tokens"
+        ax.plot(r, g["test_exact_match"], "o-", color=f"C{i}", label=f"kernel, {label}")
+        if "test_exact_match_min" in g:
+            ax.fill_between(r, g["test_exact_match_min"], g["test_exact_match"],
+                            color=f"C{i}", alpha=0.15, linewidth=0)
+        ref = reference[reference["scale"] == scale]
+        if len(ref):
+            ax.axhline(float(ref["test_exact_match"].mean()), color=f"C{i}", linestyle=":",
+                       label=f"softmax, {label}")
+    if threshold is not None:
+        ax.axhline(threshold, color="0.6", linewidth=0.8, label=f"jump threshold {threshold}")
+    ax = _format_rank_axis(ax, kernel["rank"], "exact-match on the held-out token pool",
+                           title or "Out-of-distribution scaling (disjoint token pools)")
+    return ax
+
+
+def plot_variant_sweep(summary, *, certified_min_rank=None, ax=None, title=None):
+    """Solved fraction vs feature rank, one curve per model variant.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        ``beyond_experiment(...).summary``: columns ``variant``, ``rank``,
+        ``solved_fraction`` and optionally ``theorem_applies`` (variants outside the
+        theorem are drawn dashed and labelled so).
+    certified_min_rank : int, default=None
+        Vertical line: below it no single nonnegative head with an affine readout can
+        solve the family (THEORY R5).
+    ax : matplotlib Axes, default=None
+    title : str, default=None
+
+    Returns
+    -------
+    ax : matplotlib Axes
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from minip_learn.plotting import plot_variant_sweep
+    >>> summary = pd.DataFrame({
+    ...     "variant": ["baseline", "baseline", "2 heads", "2 heads"],
+    ...     "rank": [4, 16, 4, 16], "solved_fraction": [0, 1, 0.5, 1],
+    ...     "theorem_applies": [True, True, False, False]})
+    >>> ax = plot_variant_sweep(summary, certified_min_rank=8)
+    >>> len(ax.get_lines())
+    3
+    """
+    ax = _axes(ax, figsize=(9.0, 4.4))
+    markers = "osD^v<>pP*X"
+    for i, (name, g) in enumerate(summary.groupby("variant", sort=False)):
+        g = g.sort_values("rank")
+        inside = bool(g["theorem_applies"].all()) if "theorem_applies" in g else True
+        label = name if inside else f"{name} (outside the theorem)"
+        ax.plot(g["rank"].to_numpy(float), g["solved_fraction"], marker=markers[i % 11],
+                linestyle="-" if inside else "--", color=f"C{i % 10}", label=label,
+                fillstyle="full" if inside else "none")
+    if certified_min_rank is not None:
+        ax.axvline(certified_min_rank, color="k", linestyle="--", linewidth=1,
+                   label=f"certified bound r >= {certified_min_rank}")
+    return _format_rank_axis(ax, summary["rank"], "solved fraction",
+                             title or "Variants vs the certified bound")
