@@ -80,6 +80,16 @@ def test_taylor_kernel_is_second_order_exp_and_positive():
     assert (head.features(torch.randn(4, 6))[0] < 0).any()
 
 
+def test_taylor_features_are_rank_nested():
+    # proj_dim p's features are a prefix of proj_dim p+1's when z_{p+1} = 0 (what a
+    # rank-masked HeadEnsemble computes with zero-padded projections)
+    small, large = make_feature_map("taylor", 4, 6), make_feature_map("taylor", 4, 10)
+    z = torch.randn(5, 2)
+    padded = large.activation(torch.cat([z, torch.zeros(5, 1)], dim=-1))
+    assert torch.equal(padded[:, :6], small.activation(z))
+    assert not padded[:, 6:].any()
+
+
 @pytest.mark.parametrize("rank, kwargs", [(1, {}), (4, {}), (8, {}), (6, {"proj_dim": 3})])
 def test_taylor_rejects_inconsistent_rank(rank, kwargs):
     with pytest.raises(ValueError, match="taylor"):

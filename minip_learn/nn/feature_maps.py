@@ -386,11 +386,15 @@ def _taylor_rank(proj_dim):
 class SecondOrderTaylor(FeatureMap):
     """Second-order Taylor features of ``exp`` (as in Based, Arora et al., 2024).
 
-    With a learnable projection ``z = encoder(x)`` of dimension ``proj_dim``,
-    ``phi(x) = [1, z, z_k^2 / sqrt(2) (k), z_k z_l (k < l)]``, so that
-    ``phi(x) . phi(y) = 1 + z.z' + (z.z')^2 / 2`` exactly. This is the kernel of Based's
-    ``[1, z, vec(z z^T) / sqrt(2)]`` with each product ``z_k z_l`` (``k != l``) stored
-    once instead of twice, so the reported ``rank`` is the real feature dimension:
+    With a learnable projection ``z = encoder(x)`` of dimension ``proj_dim``, the
+    features are ``1``, every ``z_k``, every ``z_k^2 / sqrt(2)`` and every ``z_j z_k``
+    (``j < k``), so that ``phi(x) . phi(y) = 1 + z.z' + (z.z')^2 / 2`` exactly. This is
+    the kernel of Based's ``[1, z, vec(z z^T) / sqrt(2)]`` with each product ``z_j z_k``
+    (``j != k``) stored once instead of twice, so the reported ``rank`` is the real
+    feature dimension. They are ordered by projection coordinate --
+    ``[1; z_0, z_0^2/sqrt(2); z_1, z_1^2/sqrt(2), z_0 z_1; z_2, ...]`` -- so the map of
+    a smaller ``proj_dim`` is a prefix of a larger one whose extra coordinates are 0
+    (rank-nested, as the rank masks of :class:`~minip_learn.nn.HeadEnsemble` assume):
 
         ``rank = 1 + proj_dim + proj_dim (proj_dim + 1) / 2``  (3, 6, 10, 15, 21, 28 ...)
 
@@ -412,8 +416,14 @@ class SecondOrderTaylor(FeatureMap):
     def __init__(self, n_bits, rank, *, proj_dim=None, **kwargs):
         self.proj_dim = self.check_params(n_bits, rank, proj_dim=proj_dim)["proj_dim"]
         super().__init__(n_bits, rank, **kwargs)
-        i, j = torch.triu_indices(self.proj_dim, self.proj_dim, offset=1)
-        self.register_buffer("_pairs", torch.stack([i, j]), persistent=False)
+        # feature = e[a] * e[b] * scale with e = [1, z]: (0, 0) is the constant, (0, k)
+        # the linear term z_k, (k, k) the square (scaled), (j, k) the product, j < k
+        terms, scale = [(0, 0)], [1.0]
+        for k in range(1, self.proj_dim + 1):
+            terms += [(0, k), (k, k)] + [(j, k) for j in range(1, k)]
+            scale += [1.0, 1.0 / math.sqrt(2.0)] + [1.0] * (k - 1)
+        self.register_buffer("_terms", torch.tensor(terms).T.contiguous(), persistent=False)
+        self.register_buffer("_scale", torch.tensor(scale), persistent=False)
 
     @classmethod
     def check_params(cls, n_bits, rank, **kwargs):
@@ -442,14 +452,9 @@ class SecondOrderTaylor(FeatureMap):
         return self.proj_dim
 
     def activation(self, z):
-        i, j = self._pairs
-        parts = [
-            torch.ones_like(z[..., :1]),
-            z,
-            z.square() / math.sqrt(2.0),
-            z[..., i] * z[..., j],
-        ]
-        return torch.cat(parts, dim=-1)
+        e = torch.cat([torch.ones_like(z[..., :1]), z], dim=-1)
+        a, b = self._terms
+        return e[..., a] * e[..., b] * self._scale.to(z.dtype)
 
 
 @register_feature_map("rff")
