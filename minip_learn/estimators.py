@@ -605,6 +605,16 @@ class KernelAttentionRegressor(_AttentionRegressor):
         check_is_fitted(self, "net_")
         return bool(getattr(self.net_.module_, "theorem_applies", False))
 
+    def _predict_bytes_per_sequence(self, seq_len, itemsize):
+        # every head of every layer holds its own features and values; logits per class
+        module = self.net_.module_
+        per_head = super()._predict_bytes_per_sequence(seq_len, itemsize)
+        blocks = getattr(module, "n_heads", 1) * getattr(module, "n_layers", 1)
+        outputs = getattr(module, "n_outputs", None) or 1
+        readout = getattr(getattr(module, "readout", None), "net", None)
+        width = 0 if readout is None else readout[0].out_features
+        return blocks * per_head + 4 * seq_len * (outputs + width) * itemsize
+
     def _check_predict_tokens(self, X3):
         vocab = getattr(self, "vocabulary_", None)
         if vocab is None:

@@ -254,6 +254,20 @@ def test_classifier_generic_labels():
     assert set(np.unique(clf.predict(X))) <= set(clf.classes_)
 
 
+def test_pickle_roundtrip_of_the_variants():
+    import pickle
+
+    X, y = make_minip(20, seq_len=3, n_bits=4, random_state=0)
+    for est in [KernelAttentionRegressor(rank=2, n_heads=2, n_layers=2, readout="mlp",
+                                         feature_map="rff", max_epochs=3, random_state=0),
+                KernelAttentionClassifier(rank=3, feature_map="taylor", max_epochs=3,
+                                          random_state=0)]:
+        est.fit(X, y)
+        loaded = pickle.loads(pickle.dumps(est))
+        np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+        assert loaded.theorem_applies_ == est.theorem_applies_
+
+
 # -- the sweep's certified-bound check ------------------------------------------------
 def _always_solved(estimator, X, y):
     return 1.0  # a deliberately broken metric: every fit "solves"
