@@ -63,3 +63,62 @@ def test_make_ood_minip_bad_input(kwargs, match):
     params.update(kwargs)
     with pytest.raises(ValueError, match=match):
         make_ood_minip(**params)
+
+
+# -- the OOD recipe (tiny settings) ----------------------------------------------------
+TINY = dict(scales=[{"n_bits": 8, "n_tokens": 64}, {"n_bits": 10, "n_tokens": 96}],
+            data={"n_train": 40, "n_test": 20}, ranks=(2, 8), seeds=(0,),
+            softmax_seeds=(0,), kernel={"max_epochs": 5},
+            softmax={"max_epochs": 5, "n_init": 1}, progress=False, n_jobs=1)
+
+
+def test_ood_experiment_scores_the_held_out_pool(tmp_path):
+    from minip_learn.experiments import ood_experiment
+
+    res = ood_experiment(out=tmp_path, **TINY)
+    r = res.results
+    assert len(r) == 2 * (2 + 1)
+    assert {"test_exact_match", "test_max_abs_error", "test_solved", "exact_match"} <= set(r)
+    assert sorted(r["n_bits"].unique()) == [8, 10]
+    assert set(r.loc[r["model"] == "kernel", "feature_map"]) == {"favor+"}
+    assert r["test_exact_match"].between(0, 1).all()
+    s = res.summary
+    assert len(s) == 2 * 3 and s.loc[s["model"] == "softmax", "rank"].isna().all()
+    assert set(res.jump_ranks) == {0, 1}
+    assert res.checks["no_token_leakage"] is True
+    for name in ("results", "summary_csv", "summary_md", "ood_transition"):
+        assert res.files[name].exists()
+    assert "disjoint" in (tmp_path / "summary.md").read_text()
+    # a rerun resumes from the saved fits and scores them again on the test pool
+    again = ood_experiment(out=tmp_path, **TINY)
+    np.testing.assert_allclose(again.results["test_exact_match"], r["test_exact_match"])
+
+
+def test_ood_experiment_rejects_the_table_map():
+    from minip_learn.experiments import ood_experiment
+
+    with pytest.raises(ValueError, match="unseen tokens"):
+        ood_experiment(**{**TINY, "kernel": {"feature_map": "table"}})
+
+
+def test_jump_ranks_and_checks_logic():
+    import pandas as pd
+
+    from minip_learn._experiments_beyond import _jump_ranks
+
+    summary = pd.DataFrame({
+        "scale": [0, 0, 1, 1, 1], "model": ["kernel"] * 5, "rank": [4, 16, 4, 16, 64],
+        "test_exact_match_min": [0.5, 0.97, 0.1, 0.6, 0.99]})
+    assert _jump_ranks(summary, 0.95) == {0: 16, 1: 64}
+    assert _jump_ranks(summary, 0.999) == {0: None, 1: None}
+
+
+def test_cli_knows_ood_and_beyond():
+    from minip_learn.cli import build_parser
+    from minip_learn.experiments import EXPERIMENTS, SETTINGS
+
+    for name in ("ood", "beyond"):
+        assert build_parser().parse_args(["reproduce", name, "--quick"]).experiment == name
+        assert name in EXPERIMENTS and set(SETTINGS[name]) == {"quick", "full"}
+    q = SETTINGS["ood"]["quick"]
+    assert q["kernel"]["feature_map"] != "table" and len(q["scales"]) >= 2
