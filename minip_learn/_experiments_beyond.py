@@ -15,7 +15,6 @@ from sklearn.utils import Bunch
 
 from .datasets import check_token_leakage, make_ood_minip, make_witness_suite
 from .estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
-from .experiments import _check_lines, _close, _fmt, _settings, _write_outputs, markdown_table
 from .metrics import max_abs_error, sequence_exact_match, solved, token_accuracy
 from .model_selection import rank_sweep
 from .model_selection._sweep import _resolve_devices
@@ -433,3 +432,15 @@ def _beyond_markdown(suite, cfg, summary, below, checks):
                                              f"rank {bound}",
     })
     return "\n".join(lines)
+
+
+# Imported last: minip_learn.experiments imports this module at its own end, so either
+# module may be imported first (the helpers below are defined before that point).
+from .experiments import (  # noqa: E402
+    _check_lines,
+    _close,
+    _fmt,
+    _settings,
+    _write_outputs,
+    markdown_table,
+)
