@@ -308,6 +308,9 @@ def test_model_channel_capacity():
     assert model_channel_capacity(model) == channel_capacity_bits(2, 3, 4, 24) == 576
     assert model_channel_capacity(model.double()) == 2 * 3 * 4 * 53
     assert model_channel_capacity(model, bits_of_precision=8) == 192
+    assert model_channel_capacity(model, bits_of_precision=8, count="sketch") == 2 * 3 * 4 * 7 * 8
+    with pytest.raises(ValueError, match="count"):
+        model_channel_capacity(model, count="values")
     X, y = make_minip(10, seq_len=2, n_bits=4, random_state=0)
     est = KernelAttentionRegressor(rank=3, n_heads=2, max_epochs=1, dtype="float64",
                                    random_state=0).fit(X, y)
@@ -327,6 +330,9 @@ def test_transcript_check_on_the_witness_suite():
     required = transcript_lower_bound(3, 24)
     assert check.required_bits == required == pytest.approx(3 * math.log2(25))
     assert check.capacity_bits == 48 and check.sufficient
+    assert check.numbers_per_head == 2
+    assert transcript_check(KernelAttentionHead(24, 2), suite, count="sketch").capacity_bits \
+        == 2 * 25 * 24
     assert check.ratio == pytest.approx(48 / required)
     one_bit = transcript_check(KernelAttentionHead(24, 2), suite.X, bits_of_precision=1)
     assert one_bit.capacity_bits == 2 and not one_bit.sufficient

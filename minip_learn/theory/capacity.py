@@ -8,6 +8,12 @@ cross-token channel capacity is therefore ``n_heads x n_layers x rank x bits``
 computing ``q`` independent answers over ``s + 1`` values needs at least
 ``q log2(s + 1)`` bits (:func:`~minip_learn.theory.transcript_lower_bound`).
 
+What a head sends is really its whole sketch ``(S, s)``: ``rank x (value_dim + 1)``
+numbers. ``count="sketch"`` counts those; the default ``count="rank"`` is THEORY R8's
+formula. The difference matters: a nonlinear readout can decode a rank-1 sketch (the
+plain mean of the values) when ``value_dim`` is large, which ``count="rank"`` does not
+see.
+
 Bits of precision default to the significand of the model's floating-point dtype
 (24 for float32, 53 for float64, 11 for float16, 8 for bfloat16): the information a
 real number of that dtype carries beyond its exponent. This is a modelling choice (an
@@ -44,7 +50,9 @@ def _significand_bits(dtype):
     return int(round(-math.log2(torch.finfo(dtype).eps))) + 1
 
 
-def _capacity_terms(model, bits_of_precision):
+def _capacity_terms(model, bits_of_precision, count="rank"):
+    if count not in ("rank", "sketch"):
+        raise ValueError(f"count must be 'rank' or 'sketch'; got {count!r}.")
     module = _module_of(model)
     rank = getattr(module, "rank", None)
     if rank is None:
@@ -61,10 +69,13 @@ def _capacity_terms(model, bits_of_precision):
                              "bits_of_precision.")
         bits_of_precision = _significand_bits(param.dtype)
     bits = check_int(bits_of_precision, "bits_of_precision", min_value=1)
-    return n_heads, n_layers, int(rank), bits
+    numbers = int(rank)
+    if count == "sketch":
+        numbers = int(rank) * (int(getattr(module, "value_dim", module.n_bits)) + 1)
+    return n_heads, n_layers, numbers, bits
 
 
-def model_channel_capacity(model, *, bits_of_precision=None):
+def model_channel_capacity(model, *, bits_of_precision=None, count="rank"):
     """Cross-token channel capacity ``heads x layers x rank x bits`` of a sketch model.
 
     Parameters
@@ -78,6 +89,9 @@ def model_channel_capacity(model, *, bits_of_precision=None):
     bits_of_precision : int, default=None
         Bits per transmitted number; None reads the significand of the model's dtype
         (24 for float32, 53 for float64; see the module docstring).
+    count : {"rank", "sketch"}, default="rank"
+        Numbers per head: ``rank`` (THEORY R8's formula) or the whole sketch,
+        ``rank x (value_dim + 1)``.
 
     Returns
     -------
@@ -99,11 +113,13 @@ def model_channel_capacity(model, *, bits_of_precision=None):
     1272
     >>> model_channel_capacity(model, bits_of_precision=8)
     192
+    >>> model_channel_capacity(model, bits_of_precision=8, count="sketch")  # value_dim 6
+    1344
     """
-    return channel_capacity_bits(*_capacity_terms(model, bits_of_precision))
+    return channel_capacity_bits(*_capacity_terms(model, bits_of_precision, count))
 
 
-def transcript_check(model, X, *, n_answers=None, bits_of_precision=None):
+def transcript_check(model, X, *, n_answers=None, bits_of_precision=None, count="rank"):
     """Compare a model's channel capacity with the transcript bound of R8 for a family.
 
     One forward pass handles one sequence; its positions' answers (Min-IP targets in
@@ -124,13 +140,16 @@ def transcript_check(model, X, *, n_answers=None, bits_of_precision=None):
         Independent answers per sequence; None means ``seq_len``.
     bits_of_precision : int, default=None
         As in :func:`model_channel_capacity`.
+    count : {"rank", "sketch"}, default="rank"
+        As in :func:`model_channel_capacity`.
 
     Returns
     -------
     result : Bunch
         ``capacity_bits``, ``required_bits``, ``ratio``, ``sufficient`` (capacity >=
-        required), and the terms ``n_heads``, ``n_layers``, ``rank``,
-        ``bits_of_precision``, ``n_answers``, ``alphabet_size``.
+        required), and the terms ``n_heads``, ``n_layers``, ``numbers_per_head``
+        (``rank``, or the sketch size with ``count="sketch"``), ``bits_of_precision``,
+        ``n_answers``, ``alphabet_size``.
 
     Examples
     --------
@@ -148,8 +167,8 @@ def transcript_check(model, X, *, n_answers=None, bits_of_precision=None):
         raise ValueError(f"X must have shape (n_samples, seq_len, n_bits); got {shape}.")
     _, seq_len, n_bits = shape
     q = seq_len if n_answers is None else check_int(n_answers, "n_answers", min_value=0)
-    n_heads, n_layers, rank, bits = _capacity_terms(model, bits_of_precision)
-    capacity = channel_capacity_bits(n_heads, n_layers, rank, bits)
+    n_heads, n_layers, numbers, bits = _capacity_terms(model, bits_of_precision, count)
+    capacity = channel_capacity_bits(n_heads, n_layers, numbers, bits)
     required = transcript_lower_bound(q, n_bits)
     return Bunch(
         capacity_bits=capacity,
@@ -158,7 +177,7 @@ def transcript_check(model, X, *, n_answers=None, bits_of_precision=None):
         sufficient=bool(capacity >= required),
         n_heads=n_heads,
         n_layers=n_layers,
-        rank=rank,
+        numbers_per_head=numbers,
         bits_of_precision=bits,
         n_answers=q,
         alphabet_size=n_bits,
