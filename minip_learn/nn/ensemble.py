@@ -23,6 +23,84 @@ from torch.func import functional_call, vmap
 __all__ = ["HeadEnsemble"]
 
 
+class _ShortAttention(torch.autograd.Function):
+    """Normalised kernel attention and affine readout of short sequences, explicit kernel.
+
+    Inputs in the layout (N, ., L) (sequence position, feature, batch): ``phi_q``,
+    ``phi_k`` (r), values ``v`` and readout weights ``w`` (d); readout bias ``b`` of
+    shape (N, L). With ``alpha_ij = <phi_q_i, phi_k_j>``
+    and ``g_ij = <w_i, v_j>``, the output is
+    ``p_i = sum_j alpha_ij g_ij / max(sum_j alpha_ij, tiny) + b_i``, which equals the
+    head's ``rho_{x_i}(u_i)`` (sketch form) up to rounding. The hand-written backward
+    needs a few broadcast products over contiguous blocks instead of autograd's many.
+    """
+
+    @staticmethod
+    def forward(ctx, phi_q, phi_k, v, w, b):
+        N, L = phi_q.shape[0], phi_q.shape[-1]
+        # pair by pair: small temporaries that the allocator reuses
+        alpha = phi_q.new_empty(N, N, L)
+        g = phi_q.new_empty(N, N, L)
+        for i in range(N):
+            for j in range(N):
+                torch.sum(phi_q[i] * phi_k[j], 0, out=alpha[i, j])
+                torch.sum(w[i] * v[j], 0, out=g[i, j])
+        den = alpha.sum(1)
+        den_c = den.clamp_min(torch.finfo(den.dtype).tiny)
+        y = (alpha * g).sum(1) / den_c
+        ctx.save_for_backward(phi_q, phi_k, v, w, alpha, g, den, den_c, y)
+        return y + b
+
+    @staticmethod
+    def backward(ctx, go):
+        phi_q, phi_k, v, w, alpha, g, den, den_c, y = ctx.saved_tensors
+        N = phi_q.shape[0]
+        c = go / den_c
+        dden = torch.where(den > torch.finfo(den.dtype).tiny, -c * y, torch.zeros_like(c))
+        d_alpha = c.unsqueeze(1) * g + dden.unsqueeze(1)  # (N_i, N_j, L)
+        d_g = c.unsqueeze(1) * alpha
+        dq, dk = torch.empty_like(phi_q), torch.empty_like(phi_k)
+        dv, dw = torch.empty_like(v), torch.empty_like(w)
+        for i in range(N):
+            for j in range(N):
+                da, dg = d_alpha[i, j].unsqueeze(0), d_g[i, j].unsqueeze(0)
+                if j == 0:  # first term of each sum written, then accumulated
+                    torch.mul(phi_k[j], da, out=dq[i])
+                    torch.mul(v[j], dg, out=dw[i])
+                else:
+                    dq[i].addcmul_(phi_k[j], da)
+                    dw[i].addcmul_(v[j], dg)
+                if i == 0:
+                    torch.mul(phi_q[i], da, out=dk[j])
+                    torch.mul(w[i], dg, out=dv[j])
+                else:
+                    dk[j].addcmul_(phi_q[i], da)
+                    dv[j].addcmul_(w[i], dg)
+        return dq, dk, dv, dw, go
+
+
+def _fast_path_ok(template):
+    """Whether ``template`` is a single kernel head the fused forward implements."""
+    from .feature_maps import EluPlusOne, Exp, ReLUFloor, Softplus, SquaredReLU, TokenTable
+    from .heads import AffineReadout, KernelAttentionHead, ValueMap
+
+    if type(template) is not KernelAttentionHead:
+        return False
+    if type(template.value) is not ValueMap or type(template.readout) is not AffineReadout:
+        return False
+    qf, kf = template.query_features, template.key_features
+    if qf.log_domain != kf.log_domain:
+        return False
+    for fm in (qf, kf):
+        if type(fm) is TokenTable:
+            continue
+        if type(fm) not in (EluPlusOne, Exp, ReLUFloor, Softplus, SquaredReLU):
+            return False
+        if type(fm.encoder) is not nn.Linear:
+            return False
+    return True
+
+
 def _pad_to(t, shape):
     """Zero-pad ``t`` at the end of every dimension that is smaller than ``shape``."""
     if tuple(t.shape) == tuple(shape):
@@ -111,6 +189,11 @@ class HeadEnsemble(nn.Module):
                 shared[n] = vals[0]
             else:
                 stacked[n] = torch.stack([_pad_to(v, b.shape) for v in vals])
+        padded = any(self._shape_differs(h, template) for h in heads)
+        if padded and not (self.ranks is not None and hasattr(template, "feature_mask")):
+            raise ValueError(
+                "heads of different shapes can be stacked only when they are single "
+                "kernel heads that differ in rank (rank masking).")
         if self.ranks is not None and len(set(self.ranks)) > 1:
             r_max = int(template.rank)
             mask = torch.zeros(self.n_members, r_max, dtype=self.params[0].dtype,
@@ -131,6 +214,15 @@ class HeadEnsemble(nn.Module):
         self._buffer_shapes = [
             {n: tuple(b.shape) for n, b in h.named_buffers()} for h in heads]
 
+        self._fast = _fast_path_ok(template)
+        self._fast_checked = False
+        self._index_cache = None
+
+    @staticmethod
+    def _shape_differs(head, template):
+        shapes = {n: p.shape for n, p in template.named_parameters()}
+        return any(shapes.get(n) != p.shape for n, p in head.named_parameters())
+
     @property
     def template(self):
         """The (private copy of the) widest head whose forward every member runs."""
@@ -142,7 +234,29 @@ class HeadEnsemble(nn.Module):
         return shared, stacked
 
     def forward(self, x):
-        """Outputs of every member on the same input ``x``: shape ``(E, *head_output)``."""
+        """Outputs of every member on the same input ``x``: shape ``(E, *head_output)``.
+
+        Single kernel heads with linear feature encoders (or the ``table`` map), the
+        affine value map and readout take a fused path: every token-wise linear map of
+        every member in one matrix product, the attention of short sequences as
+        broadcast products. It is checked against the generic path (``vmap``) on the
+        first call and replaced by it if they disagree.
+        """
+        if self._fast and x.ndim == 3 and self._short(x):
+            if not self._fast_checked:
+                self._fast_checked = True
+                with torch.no_grad():
+                    xs = x[:8]
+                    a, b = self._fast_forward(xs), self._vmap_forward(xs)
+                tol = 1e-4 if a.dtype == torch.float32 else 1e-9
+                if a.shape != b.shape or not torch.allclose(a, b, rtol=tol, atol=tol,
+                                                            equal_nan=True):
+                    self._fast = False
+            if self._fast:
+                return self._fast_forward(x)
+        return self._vmap_forward(x)
+
+    def _vmap_forward(self, x):
         template = self.template
         template.train(self.training)
         shared, stacked = self._buffer_dicts()
@@ -152,6 +266,84 @@ class HeadEnsemble(nn.Module):
             return functional_call(template, (p, b, shared), (xx,))
 
         return vmap(one, in_dims=(0, 0, None))(params, stacked, x)
+
+    def _short(self, x):
+        # explicit (N x N) kernel cheaper than the (r x d) sketch
+        t = self.template
+        r, d = int(t.rank), int(t.value_dim)
+        return x.shape[1] * (r + d) <= 2 * r * d
+
+    def _token_index(self, fm, x):
+        key = (x.data_ptr(), tuple(x.shape), x.dtype, x.device)
+        if self._index_cache is None or self._index_cache[0] != key:
+            self._index_cache = (key, fm.token_index(x).reshape(-1))
+        return self._index_cache[1]
+
+    def _fast_forward(self, x):
+        # layout (N, o, L) with L = E * n: sequence position first, then the feature,
+        # then members and sequences merged into one long contiguous axis, so that
+        # every elementwise product below runs over long contiguous rows
+        t = self.template
+        P = dict(zip(self.names, self.params))
+        shared, stacked = self._buffer_dicts()
+        mask = stacked.get("feature_mask", shared.get("feature_mask"))
+        n, N, m = x.shape
+        E = self.n_members
+        xT = self._transposed(x)  # (N, m, n)
+        qf, kf = t.query_features, t.key_features
+        tied = qf is kf
+        qpre, kpre = "query_features", "query_features" if tied else "key_features"
+        prefixes = []
+        for fm, pre in ((qf, qpre), (kf, kpre)):
+            if not fm.requires_vocabulary and pre + ".encoder" not in prefixes:
+                prefixes.append(pre + ".encoder")
+        prefixes += ["value.linear", "readout.weight", "readout.bias"]
+        parts = {}
+        for pre in prefixes:  # one batched matrix product per map for all members
+            W, b = P[pre + ".weight"], P[pre + ".bias"]  # (E, o, m), (E, o)
+            o = W.shape[1]
+            Wf = W.transpose(0, 1).reshape(1, o * E, m)  # rows (o, E)
+            bf = b.T.reshape(1, o * E, 1)
+            parts[pre] = torch.baddbmm(bf, Wf.expand(N, o * E, m), xT).view(N, o, E * n)
+
+        def feats(fm, pre):  # (N, r, L): log-features or features
+            if fm.requires_vocabulary:
+                idx = self._token_index(fm, x)  # (n * N,), sequences outer
+                tab = P[pre + ".log_table"]  # (E, n_tokens, r)
+                r = tab.shape[-1]
+                g = tab.permute(2, 0, 1)[:, :, idx].view(r, E, n, N)
+                return g.permute(3, 0, 1, 2).reshape(N, r, E * n)
+            z = parts[pre + ".encoder"]
+            return z if fm.log_domain else fm.activation(z)
+
+        fq = feats(qf, qpre)
+        fk = fq if tied else feats(kf, kpre)
+        if mask is not None:  # (E, r) -> (r, L)
+            mask = mask.T.unsqueeze(-1).expand(-1, E, n).reshape(-1, E * n)
+        if qf.log_domain:
+            M = fk.amax(0, keepdim=True).detach()
+            a = fq + M
+            if mask is not None:
+                a = a + torch.log(mask)
+            phi_q = torch.exp(a - a.amax(1, keepdim=True).detach())
+            phi_k = torch.exp(fk - M)
+            if mask is not None:
+                phi_k = phi_k * mask
+        else:
+            phi_q, phi_k = fq, fk
+            if mask is not None:
+                phi_q, phi_k = phi_q * mask, phi_k * mask
+        out = _ShortAttention.apply(phi_q, phi_k, parts["value.linear"],
+                                    parts["readout.weight"], parts["readout.bias"][:, 0])
+        return out.view(N, E, n).permute(1, 2, 0)  # (E, n, N)
+
+    def _transposed(self, x):
+        key = (x.data_ptr(), tuple(x.shape), x.dtype, x.device)
+        cache = getattr(self, "_xT_cache", None)
+        if cache is None or cache[0] != key:
+            cache = (key, x.permute(1, 2, 0).contiguous())
+            self._xT_cache = cache
+        return cache[1]
 
     def member_state_dict(self, i):
         """Parameters and buffers of member ``i`` at its own (unpadded) shapes.
