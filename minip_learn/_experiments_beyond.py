@@ -186,6 +186,7 @@ def ood_experiment(
                    elapsed=time.perf_counter() - t0)
     if out is not None:
         result.files = _write_outputs(out, "ood", results, summary, figs, markdown)
+        result.files["table"] = _write_table(out, _ood_display(summary))
         _close(figs)
     return result
 
@@ -337,12 +338,18 @@ def beyond_experiment(
         params = dict(params)
         ranks = list(params.pop("ranks", cfg["ranks"]))
         est = _variant_estimator(kind, {**cfg["base"], **params})
-        res = rank_sweep(
-            est, suite.X, suite.y, ranks=ranks, seeds=list(cfg["seeds"]),
-            certified_min_rank=bound, n_jobs=n_jobs, devices=devices, out=runs,
-            name=f"{tag}-{name}", tags={"variant": name, "kind": kind},
-            return_estimators=True, save_estimators=runs is not None, progress=progress,
-            ensemble=ensemble)
+        sweep = dict(ranks=ranks, seeds=list(cfg["seeds"]), certified_min_rank=bound,
+                     n_jobs=n_jobs, devices=devices, out=runs, name=f"{tag}-{name}",
+                     tags={"variant": name, "kind": kind}, return_estimators=True,
+                     save_estimators=runs is not None, progress=progress)
+        try:
+            res = rank_sweep(est, suite.X, suite.y, ensemble=ensemble, **sweep)
+        except ValueError:
+            if not ensemble:
+                raise
+            # batched ensembles stack single heads only (not n_heads/n_layers > 1):
+            # those variants are fitted one by one (same rows, resumable)
+            res = rank_sweep(est, suite.X, suite.y, ensemble=False, **sweep)
         rows = res.results.reset_index(drop=True)
         extra = pd.DataFrame([_capacity_columns(res.estimators[f], suite.X)
                               for f in rows["fit_id"]])
@@ -389,12 +396,19 @@ def beyond_experiment(
                    settings=cfg, files={}, elapsed=time.perf_counter() - t0)
     if out is not None:
         result.files = _write_outputs(out, "beyond", results, summary, figs, markdown)
+        result.files["table"] = _write_table(out, _beyond_display(summary))
         _close(figs)
     return result
 
 
-def _beyond_markdown(suite, cfg, summary, below, checks):
-    bound = int(suite.certified_min_rank)
+def _write_table(out, frame):
+    """The displayed table as ``table.csv`` (what the docs' results page includes)."""
+    path = Path(out) / "table.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def _beyond_display(summary):
     rows = []
     for _, r in summary.iterrows():
         rows.append({
@@ -408,6 +422,11 @@ def _beyond_markdown(suite, cfg, summary, below, checks):
                 f"{_fmt(r['capacity_bits'])} / {_fmt(r['transcript_bits'])}",
             "epochs": _fmt(r["epochs"], 4),
         })
+    return pd.DataFrame(rows)
+
+
+def _beyond_markdown(suite, cfg, summary, below, checks):
+    bound = int(suite.certified_min_rank)
     lines = [
         "## Beyond the theorem: variants against the certified bound",
         "",
@@ -420,7 +439,7 @@ def _beyond_markdown(suite, cfg, summary, below, checks):
         "finding. The R8 column compares the model's channel capacity (heads x layers "
         "x rank x significand bits) with the transcript bound of one sequence.",
         "",
-        markdown_table(pd.DataFrame(rows)),
+        markdown_table(_beyond_display(summary)),
         "",
         "Solved below the certified bound: " + ", ".join(
             f"{name}: {'rank ' + str(r) if r is not None else 'no'}"
