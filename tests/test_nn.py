@@ -79,6 +79,20 @@ def test_sketch_equals_explicit_quadratic_form(name, seq_len, rank):
     torch.testing.assert_close(head(x), head.readout(x, u))
 
 
+@pytest.mark.parametrize("name", ["elu+1", "exp", "table"])
+def test_short_sequence_form_equals_sketch(name):
+    # N = 3 takes the explicit-kernel form in attend(); compare it with the sketch
+    torch.manual_seed(2)
+    head = KernelAttentionHead(4, 8, feature_map=name, value_dim=5,
+                               feature_kwargs=_kwargs(name)).double()
+    x = ALL_TOKENS_4[torch.randint(0, 16, (13, 3))]
+    phi_q, phi_k = head.features(x)
+    S, s = head.sketch(phi_k, head.value(x))
+    u = (phi_q @ S) / (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
+    assert 3 * 3 * 8 <= 4 * 8 * 5  # the short form is the one attend() takes here
+    torch.testing.assert_close(head.attend(x), u)
+
+
 def test_log_domain_maps_do_not_overflow():
     torch.manual_seed(0)
     head = KernelAttentionHead(256, 8, feature_map="exp")

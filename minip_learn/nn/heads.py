@@ -247,9 +247,19 @@ class KernelAttentionHead(_Head):
         """Attended values ``u_i`` of shape (..., seq_len, value_dim), before the readout."""
         phi_q, phi_k = self.features(x)
         v = self.value(x)
-        S, s = self.sketch(phi_k, v)
-        num = phi_q @ S
-        den = (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
+        n, r, d = x.shape[-2], phi_q.shape[-1], v.shape[-1]
+        if n * n * max(r, d) <= 4 * r * d:
+            # Short sequences (Min-IP's N = 3): the same sums through the explicit
+            # (N x N) kernel, as broadcast products. Many tiny (r x N) @ (N x d) matrix
+            # products cost more than this on CPU, and its temporaries are at most four
+            # times the sketch's size; tests check both forms agree.
+            a = (phi_q.unsqueeze(-2) * phi_k.unsqueeze(-3)).sum(-1)
+            num = (a.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2)
+            den = a.sum(-1, keepdim=True)
+        else:
+            S, s = self.sketch(phi_k, v)
+            num = phi_q @ S
+            den = (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
         return num / self._guard(den)
 
     def forward(self, x):
