@@ -87,6 +87,14 @@ def _fit_members(estimator, X, y, members, *, progress=False):
     if any(set(m) - {"rank", "random_state"} for m in members):
         raise ValueError("ensemble members may differ only in rank and random_state.")
     ests = [clone(estimator).set_params(**m) for m in members]
+    beyond = getattr(ests[0], "_beyond_params", None)
+    if beyond is not None and beyond() is not None:
+        # issue 8 variants (n_heads, n_layers, readout="mlp", classifiers) have other
+        # modules, losses and errors than the single heads batched here
+        raise ValueError(
+            "fit_ensemble batches single kernel heads with an affine readout; "
+            f"{type(ests[0]).__name__} with n_heads, n_layers, readout='mlp' or class "
+            "logits is fitted one by one (ensemble=False).")
     first = ests[0]
     # -- the validation of fit -------------------------------------------------------
     if y is None:
