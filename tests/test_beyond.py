@@ -301,6 +301,17 @@ def test_sweep_check_covers_the_classifier_as_outside():
     assert row["theorem_applies"] is False
 
 
+@pytest.mark.parametrize("est", [KernelAttentionRegressor(rank=2, n_heads=2),
+                                 KernelAttentionRegressor(rank=2, readout="mlp"),
+                                 KernelAttentionClassifier(rank=2)])
+def test_fit_ensemble_rejects_the_variants(est):
+    from minip_learn.model_selection import fit_ensemble
+
+    X, y = make_minip(12, seq_len=2, n_bits=4, random_state=0)
+    with pytest.raises(ValueError, match="one by one"):
+        fit_ensemble(est.set_params(max_epochs=2), X, y, ranks=[2, 3], seeds=[0])
+
+
 # -- R8 capacity -----------------------------------------------------------------------
 def test_model_channel_capacity():
     assert model_channel_capacity(KernelAttentionHead(6, 5)) == 5 * 24
