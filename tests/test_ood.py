@@ -80,7 +80,7 @@ def test_ood_experiment_scores_the_held_out_pool(tmp_path):
     assert len(r) == 2 * (2 + 1)
     assert {"test_exact_match", "test_max_abs_error", "test_solved", "exact_match"} <= set(r)
     assert sorted(r["n_bits"].unique()) == [8, 10]
-    assert set(r.loc[r["model"] == "kernel", "feature_map"]) == {"favor+"}
+    assert set(r.loc[r["model"] == "kernel", "feature_map"]) == {"exp"}
     assert r["test_exact_match"].between(0, 1).all()
     s = res.summary
     assert len(s) == 2 * 3 and s.loc[s["model"] == "softmax", "rank"].isna().all()
