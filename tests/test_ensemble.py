@@ -80,6 +80,32 @@ def test_head_ensemble_forward_and_shapes():
         HeadEnsemble([])
 
 
+@pytest.mark.parametrize("feature_map", ["elu+1", "table"])
+def test_fused_path_equals_vmap_path(feature_map):
+    x = _tokens()
+    heads = [_kernel_head(r, feature_map, x, seed=s) for r, s in [(2, 0), (5, 1)]]
+    fused, plain = HeadEnsemble(heads), HeadEnsemble(heads)
+    plain._fast = False
+    out_f, out_p = fused(x), plain(x)
+    assert fused._fast  # the fused path was taken (and passed its own check)
+    torch.testing.assert_close(out_f, out_p, rtol=0, atol=1e-12)
+    w = torch.randn(out_f.shape, dtype=out_f.dtype, generator=torch.Generator().manual_seed(0))
+    g_f = torch.autograd.grad((out_f * w).sum(), list(fused.params))
+    g_p = torch.autograd.grad((out_p * w).sum(), list(plain.params))
+    for a, b in zip(g_f, g_p):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_fused_path_falls_back_when_wrong(monkeypatch):
+    x = _tokens()
+    heads = [_kernel_head(3, "elu+1", x, seed=s) for s in (0, 1)]
+    ens = HeadEnsemble(heads)
+    monkeypatch.setattr(ens, "_fast_forward", lambda xx: torch.zeros(2, len(xx), 3))
+    out = ens(x)
+    assert not ens._fast
+    torch.testing.assert_close(out[1], heads[1](x), rtol=0, atol=1e-12)
+
+
 # -- fit_ensemble == separate fits ------------------------------------------------------
 CASES = {
     "elu+1": (KernelAttentionRegressor(dtype="float64", max_epochs=150), [2, 6]),

@@ -258,22 +258,23 @@ def _load_member(net, snap, optimizer_cls):
 
 def _fill_history(net, n_epochs, losses, errors, durations, n_samples, stop):
     """Record the epochs of one member in its skorch history, as a separate fit would."""
-    h = net.history
+    h = net.history  # a list of per-epoch dicts; appended directly (fast)
     best = math.inf
+    losses, errors = losses[:n_epochs].tolist(), errors[:n_epochs].tolist()
     for t in range(int(n_epochs)):
-        loss = float(losses[t])
-        h.new_epoch()
-        h.record("epoch", t + 1)
-        h.new_batch()
-        h.record_batch("train_loss", loss)
-        h.record_batch("train_batch_size", n_samples)
-        h.record("train_batch_count", 1)
-        h.record("dur", float(durations[t]))
-        h.record("train_loss", loss)
-        h.record("train_loss_best", bool(loss <= best))
+        loss = losses[t]
+        row = {
+            "batches": [{"train_loss": loss, "train_batch_size": n_samples}],
+            "epoch": t + 1,
+            "train_batch_count": 1,
+            "dur": float(durations[t]),
+            "train_loss": loss,
+            "train_loss_best": bool(loss <= best),
+        }
         best = min(best, loss)
         if stop:
-            h.record("train_max_error", float(errors[t]))
+            row["train_max_error"] = errors[t]
+        h.append(row)
 
 
 def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), progress=False):
