@@ -117,14 +117,18 @@ def make_head(kind):
 def analytic_bytes(kind, n, *, rank=RANK, score_dim=SCORE_DIM, value_dim=N_BITS):
     """Bytes of the tensors live at the peak of one forward (input and weights excluded).
 
-    Kernel head: at the readout, the features ``phi_Q, phi_K`` (2 N r), the sketch
-    (``S``: r d, ``s``: r), the values, the numerator, the normalised output, the
-    readout weights and their product with it (5 N d) and the denominator (N): linear
-    in N. Softmax head: the larger of the moment the scores are formed (queries and
-    keys 2 N d_s, the product N^2) and the softmax (scores and weights, 2 N^2).
+    Kernel head (``elu+1`` features, sketch form), the largest of three moments: while
+    the key features are formed, the query features plus the key pre-activations, their
+    elu and elu + 1 (4 N r); in the sketch, both features, the values, the sketch
+    (``S``: r d, ``s``: r), the numerator and the denominator's product
+    ``phi_Q * s`` (3 N r + 2 N d + r d + r); in the readout, the attended values, the
+    readout weights and their product (3 N d). All linear in N. Softmax head: the
+    larger of the moment the scores are formed (queries and keys 2 N d_s, the product
+    N^2) and the softmax (scores and weights, 2 N^2).
     """
     if kind == "kernel":
-        floats = 2 * n * rank + rank * value_dim + rank + 5 * n * value_dim + n
+        r, d = rank, value_dim
+        floats = max(4 * n * r, 3 * n * r + 2 * n * d + r * d + r, 3 * n * d)
     else:
         floats = max(2 * n * n, n * n + 2 * n * score_dim)
     return floats * FLOAT_BYTES

@@ -166,8 +166,9 @@ def markdown(res):
                        "softmax analytic [MiB]"], rows)
         out += ["", f"Memory: {_bench.MEMORY_METHOD}. Analytic: the "
                 "float32 tensors live at the peak (input and weights excluded): kernel "
-                "2Nr + 5Nd + rd + r + N (features, values, readout terms, sketch; d = m), "
-                "softmax max(2N^2, N^2 + 2N d_s) (scores and softmax weights together).", ""]
+                "max(4Nr, 3Nr + 2Nd + rd + r, 3Nd) (features being formed; the sketch step; "
+                "the readout; d = m), softmax max(2N^2, N^2 + 2N d_s) (scores and softmax "
+                "weights together).", ""]
     if res["ensemble"]:
         out += ["### (d) Batched ensemble (fit_ensemble) vs separate fits", ""]
         out += _table(
