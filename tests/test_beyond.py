@@ -126,20 +126,28 @@ def test_guard_keeps_outputs_finite_when_the_denominator_vanishes():
 
 
 @pytest.mark.parametrize("name", ["elu+1", "exp", "favor+"])
-def test_nonnegative_path_is_unchanged(name):
+@pytest.mark.parametrize("seq_len", [3, 40])   # explicit-kernel and sketch forms
+def test_nonnegative_path_is_unchanged(name, seq_len, monkeypatch):
     torch.manual_seed(0)
     head = KernelAttentionHead(6, 4, feature_map=name)
-    x = _tokens(15, 6).reshape(5, 3, 6)
-    # the computation before issue 8, written out
+    x = _tokens(5 * seq_len, 6).reshape(5, seq_len, 6)
+    out = head(x)
+    # the guard is the old floor, bit for bit, for a nonnegative kernel ...
+    den = torch.rand(7, 1) * torch.tensor([0.0, 1.0, 1e-40, 2.0, 0.0, 3.0, 1e-3])[:, None]
+    assert torch.equal(head._guard(den), head._floor(den))
+    monkeypatch.setattr(head, "_guard", head._floor)
+    assert torch.equal(head(x), out)
+    # ... whatever its eps
+    monkeypatch.undo()
+    head.denominator_eps = 1e6
+    assert torch.equal(head(x), out)
+    # and the output is the normalised kernel attention of the sketch (THEORY section 2)
     phi_q, phi_k = head.features(x)
     v = head.value(x)
     S, s = phi_k.transpose(-2, -1) @ v, phi_k.sum(-2)
     den = (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
-    old = head.readout(x, (phi_q @ S) / den.clamp_min(torch.finfo(den.dtype).tiny))
-    assert torch.equal(head(x), old)
-    # the signed guard is never used for a nonnegative kernel, whatever its eps
-    head.denominator_eps = 1e6
-    assert torch.equal(head(x), old)
+    sketch = head.readout(x, (phi_q @ S) / den.clamp_min(torch.finfo(den.dtype).tiny))
+    torch.testing.assert_close(out, sketch)
 
 
 # -- several heads and layers, MLP readout -------------------------------------------
