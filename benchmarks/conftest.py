@@ -90,10 +90,14 @@ def bench_skip(request):
 # -- summary ------------------------------------------------------------------------------
 
 def _git_commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True,
+    """HEAD's short hash, with ``-dirty`` when tracked files differ from it."""
+    def git(*args):
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True,
                               cwd=Path(__file__).parent).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
     except (OSError, subprocess.CalledProcessError):
         return None
 
