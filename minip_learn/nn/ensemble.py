@@ -312,9 +312,9 @@ class HeadEnsemble(nn.Module):
 
         def feats(fm, pre):  # (N, r, L): log-features or features
             if fm.requires_vocabulary:
-                idx = self._token_index(fm, x)  # (n * N,), sequences outer
                 tab = P[pre + ".log_table"]  # (E, n_tokens, r)
-                r = tab.shape[-1]
+                r = tab.shape[2]
+                idx = self._token_index(fm, x)  # (n * N,), sequences outer
                 g = tab.permute(2, 0, 1)[:, :, idx].view(r, E, n, N)
                 return g.permute(3, 0, 1, 2).reshape(N, r, E * n)
             z = parts[pre + ".encoder"]
