@@ -370,15 +370,19 @@ def plot_ood_transition(summary, *, threshold=None, ax=None, title=None):
     return ax
 
 
-def plot_variant_sweep(summary, *, certified_min_rank=None, ax=None, title=None):
-    """Solved fraction vs feature rank, one curve per model variant.
+def plot_variant_sweep(summary, *, metric="exact_match", certified_min_rank=None, ax=None,
+                       title=None):
+    """Exact-match (or solved fraction) vs feature rank, one curve per model variant.
 
     Parameters
     ----------
     summary : pandas.DataFrame
         ``beyond_experiment(...).summary``: columns ``variant``, ``rank``,
         ``solved_fraction`` and optionally ``theorem_applies`` (variants outside the
-        theorem are drawn dashed and labelled so).
+        theorem are drawn dashed and labelled so) and ``n_solved``/``n_fits`` (a rank
+        where every fit solved the family gets a filled marker, otherwise a hollow one).
+    metric : str, default="exact_match"
+        Column on the y axis (``"solved_fraction"`` for the solved fraction).
     certified_min_rank : int, default=None
         Vertical line: below it no single nonnegative head with an affine readout can
         solve the family (THEORY R5).
@@ -396,7 +400,7 @@ def plot_variant_sweep(summary, *, certified_min_rank=None, ax=None, title=None)
     >>> summary = pd.DataFrame({
     ...     "variant": ["baseline", "baseline", "2 heads", "2 heads"],
     ...     "rank": [4, 16, 4, 16], "solved_fraction": [0, 1, 0.5, 1],
-    ...     "theorem_applies": [True, True, False, False]})
+    ...     "exact_match": [0.7, 1, 0.9, 1], "theorem_applies": [True, True, False, False]})
     >>> ax = plot_variant_sweep(summary, certified_min_rank=8)
     >>> len(ax.get_lines())
     3
@@ -407,11 +411,19 @@ def plot_variant_sweep(summary, *, certified_min_rank=None, ax=None, title=None)
         g = g.sort_values("rank")
         inside = bool(g["theorem_applies"].all()) if "theorem_applies" in g else True
         label = name if inside else f"{name} (outside the theorem)"
-        ax.plot(g["rank"].to_numpy(float), g["solved_fraction"], marker=markers[i % 11],
-                linestyle="-" if inside else "--", color=f"C{i % 10}", label=label,
-                fillstyle="full" if inside else "none")
+        r, y = g["rank"].to_numpy(float), g[metric].to_numpy(float)
+        color, marker = f"C{i % 10}", markers[i % 11]
+        ax.plot(r, y, linestyle="-" if inside else "--", color=color, label=label,
+                marker=marker, fillstyle="none")
+        if {"n_solved", "n_fits"} <= set(g):
+            done = (g["n_solved"] == g["n_fits"]).to_numpy()
+            ax.plot(r[done], y[done], linestyle="none", marker=marker, color=color)
     if certified_min_rank is not None:
         ax.axvline(certified_min_rank, color="k", linestyle="--", linewidth=1,
                    label=f"certified bound r >= {certified_min_rank}")
-    return _format_rank_axis(ax, summary["rank"], "solved fraction",
-                             title or "Variants vs the certified bound")
+    ax = _format_rank_axis(ax, summary["rank"], metric.replace("_", "-") + (
+        " (filled: solved)" if "n_solved" in summary else ""),
+        title or "Variants vs the certified bound")
+    if metric != "solved_fraction":
+        ax.set_ylim(None, 1.02)
+    return ax
