@@ -326,6 +326,18 @@ def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), progress=False
     --------
     rank_sweep : With ``ensemble=True``, runs its fits as ensembles.
 
+    Notes
+    -----
+    Single kernel heads with linear feature encoders (``elu+1``, ``relu``,
+    ``softplus``, ``squared_relu``, ``exp``) or the ``table`` map, on short sequences,
+    run a fused forward (:class:`~minip_learn.nn.HeadEnsemble`); other heads are
+    vectorised with :func:`torch.func.vmap`. The saving is the per-fit overhead
+    (Python, skorch, small-matrix products), not the arithmetic, which every member
+    still does: it is largest for small heads and data and on GPUs. On one CPU thread,
+    20 seeds of ``KernelAttentionRegressor(rank=16)`` on 1,000 length-3 sequences cost
+    about 3x less per model than 20 separate fits, and about 2x less on the m = 24
+    witness suite (``feature_map="table"``, 4,186 sequences).
+
     Examples
     --------
     >>> from minip_learn import KernelAttentionRegressor
