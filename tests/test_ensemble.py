@@ -235,3 +235,29 @@ def test_bad_data(data):
         fit_ensemble(KernelAttentionRegressor(), X, None)
     with pytest.raises(ValueError):
         fit_ensemble(KernelAttentionRegressor(), X, y[:5])
+
+
+def test_cli_and_experiments_pass_ensemble_through(monkeypatch):
+    from minip_learn import cli, experiments
+
+    seen = {}
+
+    def fake_sweep(*args, **kwargs):
+        seen.setdefault("ensemble", []).append(kwargs.get("ensemble"))
+        raise KeyboardInterrupt  # stop the recipe right after its first sweep call
+
+    monkeypatch.setattr(experiments, "rank_sweep", fake_sweep)
+    for name in ("witness", "length"):
+        with pytest.raises(KeyboardInterrupt):
+            experiments.run_experiment(name, ensemble=True, progress=False, figures=False)
+    assert seen["ensemble"] == [True, True]
+
+    captured = {}
+
+    def fake_run(name, **kwargs):
+        captured.update(kwargs)
+        raise ValueError("stop")  # main reports it and returns 2
+
+    monkeypatch.setattr(experiments, "run_experiment", fake_run)
+    assert cli.main(["reproduce", "witness", "--ensemble", "--no-progress"]) == 2
+    assert captured["ensemble"] is True
