@@ -183,7 +183,7 @@ def test_diverged_training_warns():
     from sklearn.exceptions import ConvergenceWarning
 
     with pytest.warns(ConvergenceWarning, match="diverged"):
-        est = K(rank=3, lr=1e8, max_epochs=20, random_state=0).fit(X_OK, Y_OK)
+        est = K(rank=3, lr=1e20, max_epochs=20, random_state=0).fit(X_OK, Y_OK)
     assert not est.solved_ and est.train_max_error_ == float("inf")
 
 
