@@ -335,8 +335,8 @@ def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), progress=False
     (Python, skorch, small-matrix products), not the arithmetic, which every member
     still does: it is largest for small heads and data and on GPUs. On one CPU thread,
     20 seeds of ``KernelAttentionRegressor(rank=16)`` on 1,000 length-3 sequences cost
-    about 3x less per model than 20 separate fits, and about 2x less on the m = 24
-    witness suite (``feature_map="table"``, 4,186 sequences).
+    2 to 3 times less per model than 20 separate fits, and about 2 times less on the
+    m = 24 witness suite (``feature_map="table"``, 4,186 sequences).
 
     Examples
     --------
