@@ -26,57 +26,58 @@ __all__ = ["HeadEnsemble"]
 class _ShortAttention(torch.autograd.Function):
     """Normalised kernel attention and affine readout of short sequences, explicit kernel.
 
-    Inputs in the layout (N, ., L) (sequence position, feature, batch): ``phi_q``,
-    ``phi_k`` (r), values ``v`` and readout weights ``w`` (d); readout bias ``b`` of
-    shape (N, L). With ``alpha_ij = <phi_q_i, phi_k_j>``
-    and ``g_ij = <w_i, v_j>``, the output is
+    Inputs in the layout (., E, N, n) (feature, member, sequence position, sequence):
+    ``phi_q``, ``phi_k`` (r), values ``v`` and readout weights ``w`` (d); readout bias
+    ``b`` of shape (E, N, n). With ``alpha_ij = <phi_q_i, phi_k_j>`` and
+    ``g_ij = <w_i, v_j>``, the output (shape (E, N, n)) is
     ``p_i = sum_j alpha_ij g_ij / max(sum_j alpha_ij, tiny) + b_i``, which equals the
-    head's ``rho_{x_i}(u_i)`` (sketch form) up to rounding. The hand-written backward
-    needs a few broadcast products over contiguous blocks instead of autograd's many.
+    head's ``rho_{x_i}(u_i)`` up to rounding. The hand-written backward works pair of
+    positions by pair, in place, over long contiguous rows.
     """
 
     @staticmethod
     def forward(ctx, phi_q, phi_k, v, w, b):
-        N, L = phi_q.shape[0], phi_q.shape[-1]
-        # pair by pair: small temporaries that the allocator reuses
-        alpha = phi_q.new_empty(N, N, L)
-        g = phi_q.new_empty(N, N, L)
+        E, N, n = phi_q.shape[1:]
+        alpha = phi_q.new_empty(N, N, E, n)
+        g = phi_q.new_empty(N, N, E, n)
         for i in range(N):
             for j in range(N):
-                torch.sum(phi_q[i] * phi_k[j], 0, out=alpha[i, j])
-                torch.sum(w[i] * v[j], 0, out=g[i, j])
-        den = alpha.sum(1)
+                torch.sum(phi_q[:, :, i] * phi_k[:, :, j], 0, out=alpha[i, j])
+                torch.sum(w[:, :, i] * v[:, :, j], 0, out=g[i, j])
+        den = alpha.sum(1)  # (N, E, n)
         den_c = den.clamp_min(torch.finfo(den.dtype).tiny)
         y = (alpha * g).sum(1) / den_c
         ctx.save_for_backward(phi_q, phi_k, v, w, alpha, g, den, den_c, y)
-        return y + b
+        return y.permute(1, 0, 2) + b
 
     @staticmethod
     def backward(ctx, go):
         phi_q, phi_k, v, w, alpha, g, den, den_c, y = ctx.saved_tensors
-        N = phi_q.shape[0]
+        N = alpha.shape[0]
+        gb = go
+        go = go.permute(1, 0, 2)  # (N, E, n)
         c = go / den_c
         dden = torch.where(den > torch.finfo(den.dtype).tiny, -c * y, torch.zeros_like(c))
-        d_alpha = c.unsqueeze(1) * g + dden.unsqueeze(1)  # (N_i, N_j, L)
+        d_alpha = c.unsqueeze(1) * g + dden.unsqueeze(1)  # (N_i, N_j, E, n)
         d_g = c.unsqueeze(1) * alpha
         dq, dk = torch.empty_like(phi_q), torch.empty_like(phi_k)
         dv, dw = torch.empty_like(v), torch.empty_like(w)
         for i in range(N):
             for j in range(N):
-                da, dg = d_alpha[i, j].unsqueeze(0), d_g[i, j].unsqueeze(0)
+                da, dg = d_alpha[i, j], d_g[i, j]
                 if j == 0:  # first term of each sum written, then accumulated
-                    torch.mul(phi_k[j], da, out=dq[i])
-                    torch.mul(v[j], dg, out=dw[i])
+                    torch.mul(phi_k[:, :, j], da, out=dq[:, :, i])
+                    torch.mul(v[:, :, j], dg, out=dw[:, :, i])
                 else:
-                    dq[i].addcmul_(phi_k[j], da)
-                    dw[i].addcmul_(v[j], dg)
+                    dq[:, :, i].addcmul_(phi_k[:, :, j], da)
+                    dw[:, :, i].addcmul_(v[:, :, j], dg)
                 if i == 0:
-                    torch.mul(phi_q[i], da, out=dk[j])
-                    torch.mul(w[i], dg, out=dv[j])
+                    torch.mul(phi_q[:, :, i], da, out=dk[:, :, j])
+                    torch.mul(w[:, :, i], dg, out=dv[:, :, j])
                 else:
-                    dk[j].addcmul_(phi_q[i], da)
-                    dv[j].addcmul_(w[i], dg)
-        return dq, dk, dv, dw, go
+                    dk[:, :, j].addcmul_(phi_q[:, :, i], da)
+                    dv[:, :, j].addcmul_(w[:, :, i], dg)
+        return dq, dk, dv, dw, gb
 
 
 def _fast_path_ok(template):
@@ -284,16 +285,16 @@ class HeadEnsemble(nn.Module):
         return self._index_cache[1]
 
     def _fast_forward(self, x):
-        # layout (N, o, L) with L = E * n: sequence position first, then the feature,
-        # then members and sequences merged into one long contiguous axis, so that
-        # every elementwise product below runs over long contiguous rows
+        # layout (o, E, N, n): feature, member, sequence position, sequence; every
+        # (feature, member, position) row of n sequences is contiguous, so the
+        # products below run over long rows, and each map is one matrix product
         t = self.template
         P = dict(zip(self.names, self.params))
         shared, stacked = self._buffer_dicts()
         mask = stacked.get("feature_mask", shared.get("feature_mask"))
         n, N, m = x.shape
         E = self.n_members
-        xT = self._transposed(x)  # (N, m, n)
+        X2 = self._transposed(x)  # (m, N * n), positions outer
         qf, kf = t.query_features, t.key_features
         tied = qf is kf
         qpre, kpre = "query_features", "query_features" if tied else "key_features"
@@ -303,33 +304,31 @@ class HeadEnsemble(nn.Module):
                 prefixes.append(pre + ".encoder")
         prefixes += ["value.linear", "readout.weight", "readout.bias"]
         parts = {}
-        for pre in prefixes:  # one batched matrix product per map for all members
+        for pre in prefixes:
             W, b = P[pre + ".weight"], P[pre + ".bias"]  # (E, o, m), (E, o)
             o = W.shape[1]
-            Wf = W.transpose(0, 1).reshape(1, o * E, m)  # rows (o, E)
-            bf = b.T.reshape(1, o * E, 1)
-            parts[pre] = torch.baddbmm(bf, Wf.expand(N, o * E, m), xT).view(N, o, E * n)
+            Wf = W.transpose(0, 1).reshape(o * E, m)  # rows (o, E)
+            bf = b.T.reshape(o * E, 1)
+            parts[pre] = torch.addmm(bf, Wf, X2).view(o, E, N, n)
 
-        def feats(fm, pre):  # (N, r, L): log-features or features
+        def feats(fm, pre):  # (r, E, N, n): log-features or features
             if fm.requires_vocabulary:
                 tab = P[pre + ".log_table"]  # (E, n_tokens, r)
-                r = tab.shape[2]
-                idx = self._token_index(fm, x)  # (n * N,), sequences outer
-                g = tab.permute(2, 0, 1)[:, :, idx].view(r, E, n, N)
-                return g.permute(3, 0, 1, 2).reshape(N, r, E * n)
+                idx = self._position_index(fm, x)  # (N * n,), positions outer
+                return tab.permute(2, 0, 1)[:, :, idx].view(tab.shape[2], E, N, n)
             z = parts[pre + ".encoder"]
             return z if fm.log_domain else fm.activation(z)
 
         fq = feats(qf, qpre)
         fk = fq if tied else feats(kf, kpre)
-        if mask is not None:  # (E, r) -> (r, L)
-            mask = mask.T.unsqueeze(-1).expand(-1, E, n).reshape(-1, E * n)
+        if mask is not None:  # (E, r) -> (r, E, 1, 1)
+            mask = mask.T[:, :, None, None]
         if qf.log_domain:
-            M = fk.amax(0, keepdim=True).detach()
+            M = fk.amax(2, keepdim=True).detach()
             a = fq + M
             if mask is not None:
                 a = a + torch.log(mask)
-            phi_q = torch.exp(a - a.amax(1, keepdim=True).detach())
+            phi_q = torch.exp(a - a.amax(0, keepdim=True).detach())
             phi_k = torch.exp(fk - M)
             if mask is not None:
                 phi_k = phi_k * mask
@@ -338,16 +337,20 @@ class HeadEnsemble(nn.Module):
             if mask is not None:
                 phi_q, phi_k = phi_q * mask, phi_k * mask
         out = _ShortAttention.apply(phi_q, phi_k, parts["value.linear"],
-                                    parts["readout.weight"], parts["readout.bias"][:, 0])
-        return out.view(N, E, n).permute(1, 2, 0)  # (E, n, N)
+                                    parts["readout.weight"], parts["readout.bias"][0])
+        return out.transpose(1, 2)  # (E, N, n) -> (E, n, N)
 
     def _transposed(self, x):
         key = (x.data_ptr(), tuple(x.shape), x.dtype, x.device)
         cache = getattr(self, "_xT_cache", None)
         if cache is None or cache[0] != key:
-            cache = (key, x.permute(1, 2, 0).contiguous())
+            cache = (key, x.permute(2, 1, 0).reshape(x.shape[2], -1).contiguous())
             self._xT_cache = cache
         return cache[1]
+
+    def _position_index(self, fm, x):
+        n, N, _ = x.shape
+        return self._token_index(fm, x).view(n, N).T.reshape(-1)
 
     def member_state_dict(self, i):
         """Parameters and buffers of member ``i`` at its own (unpadded) shapes.
