@@ -646,7 +646,13 @@ class SoftmaxAttentionRegressor(_AttentionRegressor):
         Softmax temperature ``tau`` (> 0).
     value_dim : int, default=None
         Dimension of the value map; ``None`` means ``n_bits``.
-    lr, max_epochs, batch_size, optimizer, weight_decay, stop_tolerance, n_init, callbacks, \
+    optimizer : {"adam", "adamw", "sgd"}, default="adamw"
+    weight_decay : float, default=0.01
+        AdamW with a little weight decay (and the head's small initial query/key
+        weights) is what made every seed of hard random length-3 Min-IP (m = 24) exact on
+        held-out sequences; plain Adam left some seeds at 97.8-99.6 % (see the
+        performance page).
+    lr, max_epochs, batch_size, stop_tolerance, n_init, callbacks, \
 dtype, device, random_state, verbose
         As in :class:`KernelAttentionRegressor`.
 
@@ -682,8 +688,8 @@ dtype, device, random_state, verbose
         lr=0.03,
         max_epochs=2000,
         batch_size=None,
-        optimizer="adam",
-        weight_decay=0.0,
+        optimizer="adamw",
+        weight_decay=0.01,
         stop_tolerance=0.25,
         n_init=1,
         callbacks=None,

@@ -313,6 +313,9 @@ class SoftmaxAttentionHead(_Head):
         Dimension of the value map; ``None`` means ``n_bits``.
     temperature : float, default=1.0
         Softmax temperature ``tau``.
+    score_init_scale : float, default=0.1
+        Factor applied to torch's default initialisation of the query and key
+        weights (small scores at the start: near-uniform attention).
 
     Examples
     --------
@@ -322,12 +325,19 @@ class SoftmaxAttentionHead(_Head):
     torch.Size([2, 3])
     """
 
-    def __init__(self, n_bits, *, score_dim=None, value_dim=None, temperature=1.0):
+    def __init__(self, n_bits, *, score_dim=None, value_dim=None, temperature=1.0,
+                 score_init_scale=0.1):
         super().__init__(n_bits, value_dim)
         self.score_dim = n_bits if score_dim is None else score_dim
         self.temperature = float(temperature)
         self.query = nn.Linear(n_bits, self.score_dim)
         self.key = nn.Linear(n_bits, self.score_dim)
+        # Small query/key weights: scores start near 0, attention near uniform, and
+        # training grows the scores it needs. With torch's default scale many
+        # initialisations start (and stay) with one key absorbing the attention.
+        with torch.no_grad():
+            self.query.weight.mul_(score_init_scale)
+            self.key.weight.mul_(score_init_scale)
 
     def scores(self, x):
         """Attention logits of shape (..., N, N)."""
