@@ -100,7 +100,7 @@ def test_fused_path_falls_back_when_wrong(monkeypatch):
     x = _tokens()
     heads = [_kernel_head(3, "elu+1", x, seed=s) for s in (0, 1)]
     ens = HeadEnsemble(heads)
-    monkeypatch.setattr(ens, "_fast_forward", lambda xx: torch.zeros(2, len(xx), 3))
+    monkeypatch.setattr(ens, "_fast_forward", lambda xx, **kw: torch.zeros(2, len(xx), 3))
     out = ens(x)
     assert not ens._fast
     torch.testing.assert_close(out[1], heads[1](x), rtol=0, atol=1e-12)
@@ -113,6 +113,68 @@ CASES = {
                                        feature_map="table"), [3]),
     "softmax": (SoftmaxAttentionRegressor(dtype="float64", max_epochs=150), None),
 }
+
+
+def _repeated_tokens(n=40, n_tokens=5, seq_len=3, n_bits=6, seed=0):
+    """Sequences drawn from a few distinct tokens (as a witness suite is)."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = torch.randint(0, 2, (n_tokens, n_bits), generator=g).to(torch.float64)
+    return vocab[torch.randint(0, n_tokens, (n, seq_len), generator=g)]
+
+
+@pytest.mark.parametrize("feature_map", ["elu+1", "table", "exp"])
+def test_pair_path_equals_position_path(feature_map):
+    # few distinct tokens: maps and kernel on the distinct tokens, gathered to pairs
+    x = _repeated_tokens()
+    heads = [_kernel_head(r, feature_map, x, seed=s) for r, s in [(2, 0), (5, 1)]]
+    ens = HeadEnsemble(heads)
+    plan = ens._pair_plan(x)
+    assert plan is not None and plan[3] == len(torch.unique(x.reshape(-1, 6), dim=0))
+    assert ens._pair_plan(_tokens()) is None  # tokens that hardly repeat: per position
+    outs = [ens._pair_forward(x, plan), ens._position_forward(x), ens._vmap_forward(x)]
+    w = torch.randn(outs[0].shape, dtype=x.dtype, generator=torch.Generator().manual_seed(0))
+    grads = [torch.autograd.grad((o * w).sum(), list(ens.params)) for o in outs]
+    for o, gr in zip(outs[1:], grads[1:]):
+        torch.testing.assert_close(outs[0], o, rtol=0, atol=1e-12)
+        for a, b in zip(grads[0], gr):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    out = ens(x)  # the first call checks the pair form against vmap and keeps it
+    assert ens._fast
+    torch.testing.assert_close(out, outs[0], rtol=0, atol=0)
+    plan = ens._pair_plan(x)
+    assert ens._pair_plan(x) is plan  # cached for the same tensor ...
+    x[0, 0] = 1 - x[0, 0]  # ... and recomputed after an in-place change
+    assert ens._pair_plan(x) is not plan
+
+
+@pytest.mark.parametrize("case", ["elu+1", "table"])
+def test_members_equal_separate_fits_on_witness_suite(case, monkeypatch):
+    # a witness suite (66 sequences of 12 distinct tokens) takes the pair path
+    from minip_learn.datasets import make_witness_suite
+
+    s = make_witness_suite(10, 3)
+    est = clone(CASES[case][0]).set_params(max_epochs=40)
+    calls = []
+    pair = HeadEnsemble._pair_forward
+
+    def spy(self, x, plan):
+        calls.append(len(x))
+        return pair(self, x, plan)
+
+    def boom(self, x):
+        raise AssertionError("the per-position path was taken")
+
+    monkeypatch.setattr(HeadEnsemble, "_pair_forward", spy)
+    monkeypatch.setattr(HeadEnsemble, "_position_forward", boom)
+    res = fit_ensemble(est, s.X, s.y, ranks=[2, 4] if case == "elu+1" else None,
+                       seeds=[0, 2])
+    assert len(s.X) in calls
+    for p, member in zip(res.params, res.estimators):
+        ref = clone(est).set_params(**p).fit(s.X, s.y)
+        np.testing.assert_allclose(member.predict(s.X), ref.predict(s.X), rtol=0, atol=1e-6)
+        assert member.n_epochs_ == ref.n_epochs_
+        np.testing.assert_allclose(member.net_.history[:, "train_loss"],
+                                   ref.net_.history[:, "train_loss"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -16,6 +16,7 @@ kept unbatched and shared; buffers that differ (e.g. the random directions of
 No scikit-learn in this layer.
 """
 
+import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
@@ -100,6 +101,20 @@ def _fast_path_ok(template):
         if type(fm.encoder) is not nn.Linear:
             return False
     return True
+
+
+def _unique_rows(t):
+    """Distinct rows of the 2-d tensor ``t`` and the index of each row among them.
+
+    Rows are compared by their bytes (``torch.unique(dim=0)`` is slow on CPU): rows
+    with equal values but different bytes (``0.0`` and ``-0.0``) count as two, which
+    only costs a little repetition.
+    """
+    a = t.detach().cpu().contiguous().numpy()
+    keys = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).reshape(-1)
+    _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+    first = torch.from_numpy(first).to(t.device)
+    return t[first], torch.from_numpy(inv.reshape(-1)).to(t.device)
 
 
 def _pad_to(t, shape):
@@ -240,8 +255,12 @@ class HeadEnsemble(nn.Module):
         Single kernel heads with linear feature encoders (or the ``table`` map), the
         affine value map and readout take a fused path: every token-wise linear map of
         every member in one matrix product, the attention of short sequences as
-        broadcast products. It is checked against the generic path (``vmap``) on the
-        first call and replaced by it if they disagree.
+        broadcast products. When the tokens of ``x`` repeat a lot (e.g. a witness suite:
+        46 distinct tokens at 12,558 positions), it computes the maps, the kernel
+        ``alpha(u, v)`` and ``<w(u), v(v)>`` once for all pairs of distinct tokens and
+        gathers them to the (query, key) positions of every sequence. It is checked
+        against the generic path (``vmap``) on the first call and replaced by it if
+        they disagree.
         """
         if self._fast and x.ndim == 3 and self._short(x):
             if not self._fast_checked:
@@ -249,8 +268,8 @@ class HeadEnsemble(nn.Module):
                 with torch.no_grad():
                     xs = x[:8]
                     b = self._vmap_forward(xs)
-                    try:
-                        a = self._fast_forward(xs)
+                    try:  # the form (pairs of distinct tokens or not) x will take
+                        a = self._fast_forward(xs, pairs=self._pair_plan(x) is not None)
                         tol = 1e-4 if b.dtype == torch.float32 else 1e-9
                         ok = (a.shape == b.shape and a.dtype == b.dtype and torch.allclose(
                             a, b, rtol=tol, atol=tol, equal_nan=True))
@@ -260,6 +279,30 @@ class HeadEnsemble(nn.Module):
             if self._fast:
                 return self._fast_forward(x)
         return self._vmap_forward(x)
+
+    def _pair_plan(self, x, force=False):
+        """Distinct tokens of ``x`` and the token pair of every (query, key) position.
+
+        None when the tokens repeat too little for :meth:`_pair_forward` to pay (it
+        computes every map and the full ``U x U`` kernel on the ``U`` distinct tokens,
+        and gathers per sequence), unless ``force``. Cached for the last ``x``: the
+        same tensor object, not modified in place since (its version counter).
+        """
+        key = (x._version, force)
+        cache = getattr(self, "_pair_cache", None)
+        if cache is None or cache[0] is not x or cache[1] != key:
+            n, N, m = x.shape
+            plan = None
+            if force or n * N >= 4:
+                uniq, inv = _unique_rows(x.reshape(-1, m))
+                U = int(uniq.shape[0])
+                if force or (2 * U <= n * N and U * U <= n * N * N):
+                    inv = inv.view(n, N).T  # (N, n): positions outer, as below
+                    pidx = (inv[:, None, :] * U + inv[None, :, :]).reshape(-1)
+                    plan = (uniq.contiguous(), inv.reshape(-1), pidx, U)
+            cache = (x, key, plan)
+            self._pair_cache = cache
+        return cache[2]
 
     def _vmap_forward(self, x):
         template = self.template
@@ -284,7 +327,69 @@ class HeadEnsemble(nn.Module):
             self._index_cache = (key, fm.token_index(x).reshape(-1))
         return self._index_cache[1]
 
-    def _fast_forward(self, x):
+    def _fast_forward(self, x, pairs=None):
+        # pairs: None chooses by the repetition of tokens (_pair_plan)
+        plan = self._pair_plan(x, force=True) if pairs else (
+            None if pairs is not None else self._pair_plan(x))
+        if plan is not None:
+            return self._pair_forward(x, plan)
+        return self._position_forward(x)
+
+    def _pair_forward(self, x, plan):
+        # Few distinct tokens (e.g. a witness suite: 46 tokens at 12,558 positions):
+        # every token-wise map on the U distinct tokens only, then the kernel
+        # alpha(u, v) and the readout-value products <w(u), v(v)> for all U x U token
+        # pairs, gathered to the (query, key) positions of every sequence. Autograd's
+        # backward of the gathers (index_select) is a scatter-add into U x U.
+        uniq, inv, pidx, U = plan
+        t = self.template
+        P = dict(zip(self.names, self.params))
+        shared, stacked = self._buffer_dicts()
+        mask = stacked.get("feature_mask", shared.get("feature_mask"))
+        n, N, _ = x.shape
+        E = self.n_members
+        qf, kf = t.query_features, t.key_features
+        tied = qf is kf
+        qpre, kpre = "query_features", "query_features" if tied else "key_features"
+
+        def amap(pre):  # (E, U, o)
+            W, b = P[pre + ".weight"], P[pre + ".bias"]  # (E, o, m), (E, o)
+            return torch.baddbmm(b.unsqueeze(1), uniq.expand(E, *uniq.shape),
+                                 W.transpose(1, 2))
+
+        def feats(fm, pre):  # (E, U, r): log-features or features
+            if fm.requires_vocabulary:
+                return P[pre + ".log_table"].index_select(1, fm.token_index(uniq))
+            z = amap(pre + ".encoder")
+            return z if fm.log_domain else fm.activation(z)
+
+        fq = feats(qf, qpre)
+        fk = fq if tied else feats(kf, kpre)
+        if mask is not None:
+            mask = mask.unsqueeze(1)  # (E, 1, r)
+        if qf.log_domain:
+            # log alpha(u, v) = logsumexp_k (lq_uk + lk_vk); per query row of each
+            # sequence shifted by its maximum, as features() shifts by c_i
+            s = fq.unsqueeze(2) + fk.unsqueeze(1)  # (E, U, U, r)
+            if mask is not None:
+                s = s + torch.log(mask).unsqueeze(1)
+            la = torch.logsumexp(s, -1).reshape(E, U * U).index_select(1, pidx)
+            la = la.view(E, N, N, n)
+            alpha = torch.exp(la - la.amax(2, keepdim=True).detach())
+        else:
+            if mask is not None:
+                fq, fk = fq * mask, fk * mask
+            K = torch.bmm(fq, fk.transpose(1, 2))  # (E, U, U)
+            alpha = K.reshape(E, U * U).index_select(1, pidx).view(E, N, N, n)
+        G = torch.bmm(amap("readout.weight"), amap("value.linear").transpose(1, 2))
+        g = G.reshape(E, U * U).index_select(1, pidx).view(E, N, N, n)
+        # layout (E, N_i, N_j, n): the sums over keys j add contiguous rows of n
+        den = alpha.sum(2)
+        y = (alpha * g).sum(2) / den.clamp_min(torch.finfo(den.dtype).tiny)
+        b = amap("readout.bias").reshape(E, U).index_select(1, inv).view(E, N, n)
+        return (y + b).transpose(1, 2)  # (E, n, N)
+
+    def _position_forward(self, x):
         # layout (o, E, N, n): feature, member, sequence position, sequence; every
         # (feature, member, position) row of n sequences is contiguous, so the
         # products below run over long rows, and each map is one matrix product
