@@ -149,6 +149,24 @@ def check_binary(arr, *, name="X"):
         )
 
 
+def ravel_column_vector(arr):
+    """``arr[:, 0]`` with scikit-learn's DataConversionWarning when ``arr`` is a
+    column vector ``(n, 1)`` (targets of 2-D ``X``); ``arr`` unchanged otherwise.
+
+    The warning points at the caller of the estimator method that validates ``y``
+    (``fit`` -> its validation helper -> this function).
+    """
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        warnings.warn(
+            "A column-vector y was passed when a 1d array was expected. Please change "
+            "the shape of y to (n_samples,), for example using ravel().",
+            DataConversionWarning,
+            stacklevel=4,
+        )
+        return arr[:, 0]
+    return arr
+
+
 def check_targets(y, n_samples, seq_len, *, was_2d=False, name="y"):
     """Validate real-valued targets against the shape of the sequences.
 
@@ -156,14 +174,7 @@ def check_targets(y, n_samples, seq_len, *, was_2d=False, name="y"):
     """
     arr = _as_numeric_array(y, name)
     if was_2d:
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            warnings.warn(
-                "A column-vector y was passed when a 1d array was expected. Please change "
-                "the shape of y to (n_samples,), for example using ravel().",
-                DataConversionWarning,
-                stacklevel=3,
-            )
-            arr = arr[:, 0]
+        arr = ravel_column_vector(arr)
         expected = (n_samples,)
     else:
         expected = (n_samples, seq_len)

@@ -49,6 +49,7 @@ from ._validation import (
     check_minip_targets,
     check_sequences,
     check_targets,
+    ravel_column_vector,
 )
 from .metrics import TOLERANCE, sequence_exact_match
 from .nn import KernelAttentionHead, KernelAttentionModel, SoftmaxAttentionHead, get_feature_map
@@ -844,14 +845,8 @@ random_state, verbose
             raise ValueError(
                 "KernelAttentionClassifier requires y to be passed, but the target y is None.")
         arr = np.asarray(y)
-        if was_2d and arr.ndim == 2 and arr.shape[1] == 1:
-            warnings.warn(
-                "A column-vector y was passed when a 1d array was expected. Please change "
-                "the shape of y to (n_samples,), for example using ravel().",
-                DataConversionWarning,
-                stacklevel=3,
-            )
-            arr = arr[:, 0]
+        if was_2d:
+            arr = ravel_column_vector(arr)
         if arr.ndim == 0:
             raise ValueError(f"y must be an array of labels; got {y!r}.")
         check_classification_targets(arr.reshape(-1))
