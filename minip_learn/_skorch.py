@@ -11,8 +11,14 @@ from skorch import NeuralNet
 from skorch.callbacks import Callback
 
 from .metrics import TOLERANCE
+from .nn.splitting import (
+    minip_partners,
+    reset_optimizer_entries,
+    split_shared_features,
+    splittable_tables,
+)
 
-__all__ = ["BatchIterator", "MinIPNet", "StopWhenSolved"]
+__all__ = ["BatchIterator", "MinIPNet", "SplitSharedFeatures", "StopWhenSolved"]
 
 
 class BatchIterator:
@@ -135,3 +141,43 @@ class StopWhenSolved(Callback):
                 err = (net.infer(dataset_train.X) - dataset_train.y).abs().max().item()
             if err < self.tolerance:
                 raise KeyboardInterrupt
+
+
+class SplitSharedFeatures(Callback):
+    """Every ``every`` epochs, give queries that share a dominant feature their own.
+
+    Runs :func:`~minip_learn.nn.split_shared_features` on a kernel head with separate
+    ``table`` query and key maps (other modules are left alone) and zeroes the
+    optimizer state of the overwritten entries. The number of queries moved is
+    recorded in the history as ``n_split`` on the epochs where it runs.
+
+    Parameters
+    ----------
+    every : int, default=200
+        Epochs between two splitting passes (the first runs after epoch ``every``).
+    """
+
+    def __init__(self, every=200):
+        self.every = every
+
+    def on_train_begin(self, net, X=None, y=None, **kwargs):
+        self.partners_ = None
+        tables = splittable_tables(net.module_)
+        if tables is not None:
+            qf = net.module_.query_features
+            with torch.no_grad():
+                index = qf.token_index(torch.as_tensor(X).to(qf.vocabulary.device))
+            self.partners_ = minip_partners(index, qf.vocabulary)
+
+    def on_epoch_end(self, net, **kwargs):
+        if self.partners_ is None:
+            return
+        epoch = len(net.history)
+        if epoch % self.every:
+            return
+        log_q, log_k = splittable_tables(net.module_)
+        changed_q, changed_k, moved = split_shared_features(log_q, log_k, self.partners_)
+        if moved:
+            reset_optimizer_entries(net.optimizer_, log_q, changed_q)
+            reset_optimizer_entries(net.optimizer_, log_k, changed_k)
+        net.history.record("n_split", moved)

@@ -26,6 +26,7 @@ vocabulary; ``max_epochs=1`` is enough) and then call ``est.net_.load_params``. 
 pickle/joblib for a complete round trip.
 """
 
+import copy
 import math
 import numbers
 import os
@@ -40,7 +41,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
-from ._skorch import MinIPNet, StopWhenSolved
+from ._skorch import MinIPNet, SplitSharedFeatures, StopWhenSolved
 from ._validation import (
     check_binary,
     check_device,
@@ -242,6 +243,9 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         callbacks = list(self.callbacks or [])
         if train["stop_tolerance"] is not None:
             callbacks.append(("stop_when_solved", self._stop_class(train["stop_tolerance"])))
+        if train.get("split_every") is not None:
+            # after the stop check: a solved epoch ends training unsplit
+            callbacks.append(("split_shared_features", SplitSharedFeatures(train["split_every"])))
         return MinIPNet(
             module=self._module_class if module is None else module,
             criterion=self._criterion,
@@ -298,7 +302,11 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         X3, was_2d = self._validate_X(X, reset=False)
         self._check_predict_tokens(X3)
         n_samples, seq_len, _ = X3.shape
-        dtype, device = self.net_.dtype, self.net_.device
+        # The trained parameters are evaluated in float64: float32 matrix products round
+        # a row differently depending on its position in the batch (by an ulp), which
+        # would make predictions depend on the order and chunking of X.
+        dtype, device = torch.float64, self.net_.device
+        module = copy.deepcopy(self.net_.module_).to(dtype=dtype).eval()
         itemsize = torch.finfo(dtype).bits // 8
         per_seq = self._predict_bytes_per_sequence(seq_len, itemsize)
         free = _available_memory(device)
@@ -311,11 +319,10 @@ class _AttentionRegressor(RegressorMixin, BaseEstimator):
         chunk = int(max(1, min(n_samples, PREDICT_CHUNK_BYTES // max(per_seq, 1))))
         out = []
         with torch.no_grad():
-            self.net_.module_.eval()
             for start in range(0, n_samples, chunk):
                 xb = self._to_tensor(X3[start:start + chunk], dtype, device)
                 try:
-                    out.append(self.net_.infer(xb).detach().cpu())
+                    out.append(module(xb).detach().cpu())
                 except RuntimeError as exc:
                     if not _is_out_of_memory(exc):
                         raise
@@ -443,6 +450,14 @@ class KernelAttentionRegressor(_AttentionRegressor):
         training max error is kept. Gradient training of attention heads is non-convex;
         restarts are the honest cure for an unlucky initialisation, and the attempts
         are recorded in ``init_errors_``.
+    split_every : int or None, default=200
+        For ``feature_map="table"`` (a single head with separate query and key maps):
+        every ``split_every`` epochs, queries that share a dominant feature while
+        another feature is dominant for no query get features of their own
+        (:func:`~minip_learn.nn.split_shared_features`, zeroing the optimizer state of
+        the entries it overwrites). This cures the *assignment trap* that otherwise
+        stops every seed of the THEORY R6 witness suite at its constructive rank.
+        Ignored for other maps and modules; ``None`` turns it off.
     callbacks : list of skorch callbacks, default=None
         Extra skorch callbacks.
     dtype : {"float32", "float64"}, default="float32"
@@ -516,6 +531,7 @@ class KernelAttentionRegressor(_AttentionRegressor):
         weight_decay=0.0,
         stop_tolerance=0.25,
         n_init=1,
+        split_every=200,
         callbacks=None,
         dtype="float32",
         device="cpu",
@@ -540,11 +556,18 @@ class KernelAttentionRegressor(_AttentionRegressor):
         self.weight_decay = weight_decay
         self.stop_tolerance = stop_tolerance
         self.n_init = n_init
+        self.split_every = split_every
         self.callbacks = callbacks
         self.dtype = dtype
         self.device = device
         self.random_state = random_state
         self.verbose = verbose
+
+    def _validate_training_params(self):
+        train = super()._validate_training_params()
+        train["split_every"] = check_int(
+            self.split_every, "split_every", min_value=1, allow_none=True)
+        return train
 
     def _module_params(self, X):
         cls = get_feature_map(self.feature_map)
@@ -791,9 +814,10 @@ class KernelAttentionClassifier(ClassifierMixin, KernelAttentionRegressor):
     ----------
     rank, feature_map, value_dim, feature_width, feature_depth, shared_features, \
 feature_kwargs, n_heads, n_layers, readout, readout_width, lr, max_epochs, batch_size, \
-optimizer, weight_decay, stop_tolerance, n_init, callbacks, dtype, device, \
-random_state, verbose
-        As in :class:`KernelAttentionRegressor`. A training position's error is the
+optimizer, weight_decay, stop_tolerance, n_init, split_every, callbacks, dtype, \
+device, random_state, verbose
+        As in :class:`KernelAttentionRegressor` (``split_every`` has no effect: the
+        classifier's module is not a single head). A training position's error is the
         distance between its argmax class index and its target index, so
         ``stop_tolerance`` (any value ``<= 0.5``) stops training once every training
         position is classified correctly.

@@ -260,7 +260,7 @@ def test_predict_out_of_memory_becomes_value_error(fitted, monkeypatch):
     def boom(x, **kwargs):
         raise RuntimeError("CUDA out of memory. Tried to allocate 40.00 GiB")
 
-    monkeypatch.setattr(est.net_, "infer", boom)
+    monkeypatch.setattr(est.net_.module_, "forward", boom)
     with pytest.raises(ValueError, match="seq_len=3, which this model cannot take.*out of memory"):
         est.predict(X_OK)
 
@@ -269,7 +269,8 @@ def test_predict_chunks_long_inputs_identically(fitted, monkeypatch):
     est = fitted["softmax"]
     full = est.predict(X_OK)
     monkeypatch.setattr(estimators_module, "PREDICT_CHUNK_BYTES", 1)  # one sequence a chunk
-    np.testing.assert_allclose(est.predict(X_OK), full, rtol=1e-6, atol=1e-6)
+    # float64 evaluation: chunking changes nothing beyond float64 rounding
+    np.testing.assert_allclose(est.predict(X_OK), full, rtol=1e-12, atol=1e-12)
 
 
 def test_2d_fitted_model_takes_sequences(fitted):

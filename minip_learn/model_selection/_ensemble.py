@@ -26,6 +26,12 @@ from sklearn.utils import Bunch, check_random_state
 from .._validation import check_int, check_targets
 from ..estimators import _INIT_LOCK, _AttentionRegressor
 from ..nn import HeadEnsemble
+from ..nn.splitting import (
+    minip_partners,
+    reset_optimizer_entries,
+    split_shared_features,
+    splittable_tables,
+)
 
 __all__ = ["fit_ensemble"]
 
@@ -141,6 +147,17 @@ def _fit_members(estimator, X, y, members, *, progress=False):
     params = list(ens.params)
     opt = train["optimizer"](params, lr=train["lr"], weight_decay=train["weight_decay"])
 
+    # -- feature splitting of table heads (the estimators' SplitSharedFeatures) --------
+    split_every, tables = train.get("split_every"), None
+    if split_every is not None and splittable_tables(ens.template) is not None:
+        pos = {n: j for j, n in enumerate(ens.names)}
+        tables = (params[pos["query_features.log_table"]], params[pos["key_features.log_table"]])
+        qf = ens.template.query_features
+        with torch.no_grad():
+            partners = minip_partners(qf.token_index(Xt), qf.vocabulary)
+        split_mask = ens.stacked_buffer("feature_mask")
+    n_split = {}
+
     # -- training: full-batch steps, per-member stopping -------------------------------
     active = torch.ones(E, dtype=torch.bool)
     n_epochs = np.zeros(E, dtype=int)
@@ -189,6 +206,16 @@ def _fit_members(estimator, X, y, members, *, progress=False):
                     if bool(stop.any()):
                         freeze(stop)
                         active &= ~stop
+            epoch = len(losses_log)
+            if tables is not None and epoch % split_every == 0 and bool(active.any()):
+                live = torch.nonzero(active).flatten().tolist()
+                cq, ck, moved = split_shared_features(
+                    *tables, partners, mask=split_mask, members=live)
+                if bool(moved.any()):
+                    reset_optimizer_entries(opt, tables[0], cq)
+                    reset_optimizer_entries(opt, tables[1], ck)
+                for i in live:
+                    n_split.setdefault(i, {})[epoch] = int(moved[i])
             durations.append((time.perf_counter() - t0) / E)
             if bar is not None:
                 bar.update(1)
@@ -206,7 +233,7 @@ def _fit_members(estimator, X, y, members, *, progress=False):
         snap = snapshots.get(j) or _member_snapshot(ens, opt, j)
         _load_member(nets[j], snap, train["optimizer"])
         _fill_history(nets[j], n_epochs[j], losses_log[:, j], errors_log[:, j], durations,
-                      X3.shape[0], tol is not None)
+                      X3.shape[0], tol is not None, n_split.get(j, {}))
     out = []
     for i, est in enumerate(ests):
         best, err, init_errors = None, math.inf, []
@@ -263,7 +290,7 @@ def _load_member(net, snap, optimizer_cls):
                 net.optimizer_.state[p] = dict(snap[n][1])
 
 
-def _fill_history(net, n_epochs, losses, errors, durations, n_samples, stop):
+def _fill_history(net, n_epochs, losses, errors, durations, n_samples, stop, n_split):
     """Record the epochs of one member in its skorch history, as a separate fit would."""
     h = net.history  # a list of per-epoch dicts; appended directly (fast)
     best = math.inf
@@ -281,6 +308,8 @@ def _fill_history(net, n_epochs, losses, errors, durations, n_samples, stop):
         best = min(best, loss)
         if stop:
             row["train_max_error"] = errors[t]
+        if t + 1 in n_split:
+            row["n_split"] = n_split[t + 1]
         h.append(row)
 
 

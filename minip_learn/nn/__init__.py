@@ -10,6 +10,12 @@ from .feature_maps import (
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
 from .models import KernelAttentionModel, MLPReadout
 from .ensemble import HeadEnsemble
+from .splitting import (
+    minip_partners,
+    reset_optimizer_entries,
+    split_shared_features,
+    splittable_tables,
+)
 
 __all__ = [
     "AffineReadout",
@@ -23,5 +29,9 @@ __all__ = [
     "available_feature_maps",
     "get_feature_map",
     "make_feature_map",
+    "minip_partners",
     "register_feature_map",
+    "reset_optimizer_entries",
+    "split_shared_features",
+    "splittable_tables",
 ]

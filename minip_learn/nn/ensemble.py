@@ -249,6 +249,11 @@ class HeadEnsemble(nn.Module):
         stacked = {n: getattr(self, f"stacked_{i}") for i, n in enumerate(self._stacked_names)}
         return shared, stacked
 
+    def stacked_buffer(self, name):
+        """The stacked buffer ``name`` (one row per member, e.g. ``feature_mask`` when
+        the ranks differ), or None when every member shares it or it does not exist."""
+        return self._buffer_dicts()[1].get(name)
+
     def forward(self, x):
         """Outputs of every member on the same input ``x``: shape ``(E, *head_output)``.
 
