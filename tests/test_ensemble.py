@@ -111,7 +111,7 @@ CASES = {
     "elu+1": (KernelAttentionRegressor(dtype="float64", max_epochs=150), [2, 6]),
     "table": (KernelAttentionRegressor(dtype="float64", max_epochs=150,
                                        feature_map="table"), [3]),
-    "softmax": (SoftmaxAttentionRegressor(dtype="float64", max_epochs=150), None),
+    "softmax": (SoftmaxAttentionRegressor(dtype="float64", max_epochs=150, lr=0.03), None),
 }
 
 
