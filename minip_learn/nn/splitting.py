@@ -12,9 +12,10 @@ constructive rank 46, with 41-43 of the 46 features in use).
 without changing the head's function where it matters: when queries share a dominant
 feature ``f`` and a feature ``g`` is dominant for no query, the key column of ``f`` is
 copied into ``g`` and one of the sharing queries moves its weight from ``f`` to ``g``.
-That query's kernel row is unchanged (its features are a permutation of what they
-were), the others lose only their small weight on ``g``, and from then on the two
-queries have features of their own that the gradient can separate.
+That query's kernel row is unchanged up to the small terms it had on ``g`` (its
+dominant term moves from ``f`` to ``g`` intact), the other queries lose only their
+small weight on ``g``, and from then on the two queries have features of their own
+that the gradient can separate.
 
 The *dominant feature* of a query token ``x`` is the one carrying most of its kernel
 value with its partner key ``k(x)``, the token of smallest overlap ``<x, z>`` among the
@@ -29,7 +30,8 @@ import torch
 
 __all__ = ["minip_partners", "reset_optimizer_entries", "split_shared_features", "splittable_tables"]
 
-#: log-feature given to entries that are switched off (``exp(-30)`` ~ 1e-13)
+#: entries switched off get the largest log-feature of their row plus ``OFF``
+#: (a weight ``exp(-30)`` ~ 1e-13 relative to the row's largest feature)
 OFF = -30.0
 
 
@@ -129,8 +131,9 @@ def split_shared_features(log_q, log_k, partners, *, mask=None, members=None):
     For every feature ``f`` dominant for several queries, all but the first of them
     move, each to a feature ``g`` that is dominant for no query and in the mask (in
     increasing order of ``g``) while such features remain: ``lk[:, g] = lk[:, f]``,
-    ``lq[:, g] = OFF`` except ``lq[x, g] = lq[x, f]``, and ``lq[x, f] = OFF``, where
-    ``OFF = -30`` switches a feature off (``exp(-30)`` is about 1e-13).
+    ``lq[:, g] = off`` except ``lq[x, g] = lq[x, f]``, and ``lq[x, f] = off``, where
+    ``off`` is the row's largest log-feature (before the pass) minus 30: a weight of
+    about 1e-13 relative to the row's largest feature, whatever the table's scale.
 
     Examples
     --------
@@ -160,6 +163,7 @@ def split_shared_features(log_q, log_k, partners, *, mask=None, members=None):
         free = torch.nonzero((counts == 0) & usable).flatten().tolist()
         if not free:
             continue
+        off = lq[e].amax(1) + OFF  # (n_tokens,), before any change
         for f in torch.nonzero(counts > 1).flatten().tolist():
             sharing = queries[dom == f].tolist()
             for x in sharing[1:]:
@@ -167,9 +171,9 @@ def split_shared_features(log_q, log_k, partners, *, mask=None, members=None):
                     break
                 g = free.pop(0)
                 lk[e, :, g] = lk[e, :, f]
-                lq[e, :, g] = OFF
+                lq[e, :, g] = off
                 lq[e, x, g] = lq[e, x, f]
-                lq[e, x, f] = OFF
+                lq[e, x, f] = off[x]
                 changed_k[e, :, g] = True
                 changed_q[e, :, g] = True
                 changed_q[e, x, f] = True
