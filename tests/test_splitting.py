@@ -192,3 +192,26 @@ def test_ensemble_splits_as_separate_fits_do(hadamard12):
                              single.net_.module_.state_dict().values()):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6, msg=n)
     assert all(res.solved[[p["rank"] == 22 for p in res.params]])
+
+
+def test_r6_suite_solves_at_its_constructive_rank():
+    """Issue 6 / THEORY R6: the m = 24 suite (46 tokens) is solved at rank 46."""
+    suite = make_witness_suite(n_bits=24, seq_len=3)
+    assert suite.constructive_rank == 46 and suite.certified_min_rank == 17
+    est = KernelAttentionRegressor(rank=46, feature_map="table", stop_tolerance=0.5,
+                                   max_epochs=1200, random_state=0).fit(suite.X, suite.y)
+    assert est.solved_, est.train_max_error_
+    assert est.score(suite.X, suite.y) == 1.0
+
+
+def test_ensemble_returns_freed_memory_periodically(hadamard12, monkeypatch):
+    from minip_learn.model_selection import _ensemble
+
+    real = _ensemble._malloc_trim()
+    assert real is None or callable(real)  # glibc: malloc_trim; elsewhere nothing
+    calls = []
+    monkeypatch.setattr(_ensemble, "_malloc_trim", lambda: (lambda: calls.append(1)))
+    est = KernelAttentionRegressor(rank=4, feature_map="table", max_epochs=120,
+                                   stop_tolerance=None)
+    fit_ensemble(est, hadamard12.X, hadamard12.y, seeds=[0, 1])
+    assert len(calls) == 120 // _ensemble.TRIM_EVERY
