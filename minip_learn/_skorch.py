@@ -13,7 +13,6 @@ from skorch.callbacks import Callback
 from .metrics import TOLERANCE
 from .nn.splitting import (
     minip_partners,
-    reset_optimizer_entries,
     split_shared_features,
     splittable_tables,
 )
@@ -176,8 +175,6 @@ class SplitSharedFeatures(Callback):
         if epoch % self.every:
             return
         log_q, log_k = splittable_tables(net.module_)
-        changed_q, changed_k, moved = split_shared_features(log_q, log_k, self.partners_)
-        if moved:
-            reset_optimizer_entries(net.optimizer_, log_q, changed_q)
-            reset_optimizer_entries(net.optimizer_, log_k, changed_k)
+        _, _, moved = split_shared_features(
+            log_q, log_k, self.partners_, optimizer=net.optimizer_)
         net.history.record("n_split", moved)

@@ -28,7 +28,6 @@ from ..estimators import _INIT_LOCK, _AttentionRegressor
 from ..nn import HeadEnsemble
 from ..nn.splitting import (
     minip_partners,
-    reset_optimizer_entries,
     split_shared_features,
     splittable_tables,
 )
@@ -233,11 +232,8 @@ def _fit_members(estimator, X, y, members, *, progress=False):
             epoch = len(losses_log)
             if tables is not None and epoch % split_every == 0 and bool(active.any()):
                 live = torch.nonzero(active).flatten().tolist()
-                cq, ck, moved = split_shared_features(
-                    *tables, partners, mask=split_mask, members=live)
-                if bool(moved.any()):
-                    reset_optimizer_entries(opt, tables[0], cq)
-                    reset_optimizer_entries(opt, tables[1], ck)
+                _, _, moved = split_shared_features(
+                    *tables, partners, mask=split_mask, members=live, optimizer=opt)
                 for i in live:
                     n_split.setdefault(i, {})[epoch] = int(moved[i])
             if trim is not None and epoch % TRIM_EVERY == 0:

@@ -101,7 +101,7 @@ def minip_partners(index, vocabulary):
 
 
 @torch.no_grad()
-def split_shared_features(log_q, log_k, partners, *, mask=None, members=None):
+def split_shared_features(log_q, log_k, partners, *, mask=None, members=None, optimizer=None):
     """Give queries that share a dominant feature features of their own (in place).
 
     Parameters
@@ -116,6 +116,9 @@ def split_shared_features(log_q, log_k, partners, *, mask=None, members=None):
         Rank mask (1 = feature in use): masked features are never split into.
     members : iterable of int, default=None
         Stacked members to process (all when None); the others are left untouched.
+    optimizer : torch.optim.Optimizer, default=None
+        The optimizer of ``log_q`` and ``log_k``: when given, its state at the
+        overwritten entries is zeroed (:func:`reset_optimizer_entries`).
 
     Returns
     -------
@@ -178,6 +181,9 @@ def split_shared_features(log_q, log_k, partners, *, mask=None, members=None):
                 changed_q[e, :, g] = True
                 changed_q[e, x, f] = True
                 n_moved[e] += 1
+    if optimizer is not None and any(n_moved):
+        reset_optimizer_entries(optimizer, log_q, changed_q.view(log_q.shape))
+        reset_optimizer_entries(optimizer, log_k, changed_k.view(log_k.shape))
     if not stacked:
         return changed_q[0], changed_k[0], n_moved[0]
     return changed_q, changed_k, torch.tensor(n_moved)
