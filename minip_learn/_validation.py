@@ -17,6 +17,7 @@ __all__ = [
     "check_device",
     "check_float",
     "check_int",
+    "check_params",
     "check_minip_targets",
     "check_sequences",
     "check_targets",
@@ -149,32 +150,33 @@ def check_binary(arr, *, name="X"):
         )
 
 
-def ravel_column_vector(arr):
+def ravel_column_vector(arr, *, stacklevel=4):
     """``arr[:, 0]`` with scikit-learn's DataConversionWarning when ``arr`` is a
     column vector ``(n, 1)`` (targets of 2-D ``X``); ``arr`` unchanged otherwise.
 
-    The warning points at the caller of the estimator method that validates ``y``
-    (``fit`` -> its validation helper -> this function).
+    With the default ``stacklevel`` the warning points at the caller of the estimator
+    method that validates ``y`` (``fit`` -> its validation helper -> this function).
     """
     if arr.ndim == 2 and arr.shape[1] == 1:
         warnings.warn(
             "A column-vector y was passed when a 1d array was expected. Please change "
             "the shape of y to (n_samples,), for example using ravel().",
             DataConversionWarning,
-            stacklevel=4,
+            stacklevel=stacklevel,
         )
         return arr[:, 0]
     return arr
 
 
-def check_targets(y, n_samples, seq_len, *, was_2d=False, name="y"):
+def check_targets(y, n_samples, seq_len, *, was_2d=False, name="y", stacklevel=4):
     """Validate real-valued targets against the shape of the sequences.
 
-    Returns ``y`` as a float array of shape ``(n_samples, seq_len)``.
+    Returns ``y`` as a float array of shape ``(n_samples, seq_len)``. ``stacklevel``
+    is that of the warning for a column-vector ``y`` (see :func:`ravel_column_vector`).
     """
     arr = _as_numeric_array(y, name)
     if was_2d:
-        arr = ravel_column_vector(arr)
+        arr = ravel_column_vector(arr, stacklevel=stacklevel)
         expected = (n_samples,)
     else:
         expected = (n_samples, seq_len)
@@ -212,6 +214,82 @@ def check_float(value, name, *, min_value=None, strict=False, max_value=None):
     if max_value is not None and value > max_value:
         raise ValueError(f"{name} must be <= {max_value}; got {value}.")
     return value
+
+
+def _check_choice(value, name, choices):
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {sorted(choices)}; got {value!r}.")
+    return value
+
+
+def _check_constraint(value, name, spec):
+    """Check one value against one constraint spec of :func:`check_params`."""
+    if callable(spec):
+        return spec(value, name)
+    kind = spec[0]
+    opts = spec[1] if len(spec) > 1 else {}
+    if opts.get("none") and value is None:
+        return None
+    if kind == "int":
+        return check_int(value, name, min_value=opts.get("min"))
+    if kind == "real":
+        return check_float(value, name, min_value=opts.get("min"),
+                           strict=opts.get("strict", False), max_value=opts.get("max"))
+    if kind == "choice":
+        return _check_choice(value, name, opts["options"])
+    if kind == "device":
+        return check_device(value)
+    if kind == "bool":
+        return bool(value)
+    if kind == "verbosity":
+        return int(value) if isinstance(value, bool) else check_int(value, name, min_value=0)
+    if kind == "instance":
+        if not isinstance(value, opts["types"]):
+            raise ValueError(f"{name} must be {opts['what']}; got {value!r}.")
+        return value
+    if kind == "any":
+        return value
+    raise TypeError(f"unknown constraint {spec!r} for {name}")
+
+
+def check_params(params, constraints):
+    """Validate hyperparameters against a table of constraints, in the table's order.
+
+    Parameters
+    ----------
+    params : dict
+        Hyperparameter values (e.g. ``estimator.get_params(deep=False)``).
+    constraints : dict of str to spec
+        One entry per checked parameter. A spec is a callable ``spec(value, name)``
+        returning the checked value, or a tuple ``(kind,)`` / ``(kind, options)`` with
+        ``kind`` one of ``"int"`` (options ``min``), ``"real"`` (``min``, ``strict``,
+        ``max``), ``"choice"`` (``options``), ``"device"``, ``"bool"``,
+        ``"verbosity"`` (a bool or an int >= 0), ``"instance"`` (``types`` and
+        ``what``, the words of the message) or ``"any"``; option ``none=True`` also
+        accepts None.
+
+    Returns
+    -------
+    checked : dict
+        The checked (and normalised) value of every parameter of ``constraints``.
+
+    Raises
+    ------
+    ValueError
+        Naming the first parameter that violates its constraint.
+
+    Examples
+    --------
+    >>> table = {"rank": ("int", {"min": 1}), "lr": ("real", {"min": 0.0, "strict": True})}
+    >>> check_params({"rank": 4, "lr": 0.1}, table)
+    {'rank': 4, 'lr': 0.1}
+    >>> check_params({"rank": 0, "lr": 0.1}, table)
+    Traceback (most recent call last):
+    ...
+    ValueError: rank must be >= 1; got 0.
+    """
+    return {name: _check_constraint(params[name], name, spec)
+            for name, spec in constraints.items()}
 
 
 def check_minip_targets(X, y, *, name="y"):

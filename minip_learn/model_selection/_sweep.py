@@ -278,7 +278,7 @@ def _fit_and_score_ensemble(estimator, X, y, group, device, scoring, n_threads,
     ``(row, estimator)``. Wall and CPU times are shared out equally over the members."""
     import torch
 
-    from ._ensemble import _fit_members
+    from ._ensemble import fit_ensemble
 
     common = {k: v for k, v in group[0][0].items() if k != "rank"}
     if device is not None:
@@ -293,7 +293,7 @@ def _fit_and_score_ensemble(estimator, X, y, group, device, scoring, n_threads,
     torch.set_num_threads(n_threads)
     try:
         c0 = time.process_time()
-        res = _fit_members(base, X, y, members)
+        res = fit_ensemble(base, X, y, params=members)
         cpu = time.process_time() - c0
     finally:
         torch.set_num_threads(old_threads)

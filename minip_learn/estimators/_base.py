@@ -1,0 +1,470 @@
+"""The shared base of the attention estimators: validation, the one training path,
+prediction, persistence.
+
+``__init__`` stores friendly hyperparameters (``rank=``, ``feature_map=``,
+``score_dim=`` ...). ``fit`` checks them once against the class's
+``_parameter_constraints`` table, validates the data, and trains the torch head of
+:mod:`minip_learn.nn` through :func:`minip_learn.training.train_members` as a stack of
+one member (restarts one after the other); :meth:`~_AttentionEstimator.fit_members`
+trains many members at once through the same function. The fitted skorch net is
+``net_`` (history, ``module_``, ``save_params``...).
+"""
+
+import copy
+import math
+import os
+import warnings
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import Bunch
+from sklearn.utils.validation import check_is_fitted
+
+from .._validation import (
+    check_minip_targets,
+    check_params,
+    check_sequences,
+    check_targets,
+)
+from ..metrics import TOLERANCE, sequence_exact_match
+from ..training import absolute_error, build_net, train_members
+
+__all__ = ["PREDICT_CHUNK_BYTES"]
+
+_OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+_NP_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
+
+#: Predictions are computed in chunks of sequences whose estimated working memory
+#: stays below this many bytes.
+PREDICT_CHUNK_BYTES = 2**28
+
+#: What ``fit_members`` lets the members of one stack differ in.
+MEMBER_PARAMS = ("rank", "random_state")
+
+
+def _available_memory(device):
+    """Free memory (bytes) on ``device``, or None when it cannot be told."""
+    dev = torch.device(device)
+    try:
+        if dev.type == "cuda":
+            return int(torch.cuda.mem_get_info(dev)[0])
+        if dev.type == "cpu":
+            try:
+                import psutil
+
+                return int(psutil.virtual_memory().available)
+            except ImportError:
+                return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        return None
+    return None
+
+
+def _is_out_of_memory(exc):
+    if isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    msg = str(exc).lower()
+    return "out of memory" in msg or "can't allocate memory" in msg
+
+
+def _to_tensor(arr, dtype, device):
+    # np.array copies: torch gets a writable, C-contiguous array even for read-only
+    # (e.g. memory-mapped) input.
+    return torch.from_numpy(np.array(arr, dtype=_NP_DTYPES[dtype], order="C")).to(device)
+
+
+class _AttentionEstimator(BaseEstimator):
+    """Shared fit/predict of the attention-head estimators.
+
+    Subclasses declare their hyperparameters' constraints in
+    ``_parameter_constraints`` (checked once, at fit), the head's keyword arguments in
+    ``_module_params`` and, for other targets than real numbers, ``_encode_targets``,
+    ``_criterion`` (the training loss) and ``_error`` (a position's error).
+    """
+
+    #: hyperparameter -> constraint (see :func:`minip_learn._validation.check_params`)
+    _parameter_constraints = {
+        "lr": ("real", {"min": 0.0, "strict": True}),
+        "max_epochs": ("int", {"min": 1}),
+        "batch_size": ("int", {"min": 1, "none": True}),
+        "weight_decay": ("real", {"min": 0.0}),
+        "optimizer": ("choice", {"options": tuple(_OPTIMIZERS)}),
+        "dtype": ("choice", {"options": tuple(_DTYPES)}),
+        "device": ("device",),
+        "verbose": ("verbosity",),
+        "stop_tolerance": ("real", {"min": 0.0, "strict": True, "max": TOLERANCE,
+                                    "none": True}),
+        "n_init": ("int", {"min": 1}),
+        "callbacks": ("instance", {"types": (list, tuple), "none": True,
+                                   "what": "a list of skorch callbacks or None"}),
+    }
+    #: training loss of one head (a torch loss class)
+    _criterion = torch.nn.MSELoss
+    #: error of every output position: a head solves its data when all are < 1/2
+    _error = staticmethod(absolute_error)
+
+    # -- hooks for subclasses -------------------------------------------------------
+    def _module_class(self, module_params):
+        """The torch head class for ``module_params``."""
+        raise NotImplementedError
+
+    def _module_params(self, X, checked, fitted):
+        """Keyword arguments of the torch head, from the ``checked`` hyperparameters,
+        the training data ``X`` and the ``fitted`` attributes of ``_encode_targets``."""
+        raise NotImplementedError
+
+    def _encode_targets(self, X, y, was_2d, check_minip):
+        """Training targets as a float array and the fitted attributes they give."""
+        y2 = check_targets(y, X.shape[0], X.shape[1], was_2d=was_2d, stacklevel=5)
+        if check_minip:
+            check_minip_targets(X, y2)
+        return y2, {}
+
+    def _stackable(self, module_params):
+        """None if heads of ``module_params`` can train as a stack of several members,
+        else the reason."""
+        return None
+
+    # -- validation ----------------------------------------------------------------
+    def _check_params(self):
+        """Every hyperparameter of the constraints table, checked and normalised."""
+        checked = check_params(self.get_params(deep=False), self._parameter_constraints)
+        checked["optimizer"] = _OPTIMIZERS[checked["optimizer"]]
+        checked["dtype"] = _DTYPES[checked["dtype"]]
+        return checked
+
+    def _validate_X(self, X, *, reset):
+        # fit sets n_bits_ & co. only once training succeeded (reset=True: no check)
+        X3, was_2d = check_sequences(X, allow_2d=True)
+        if not reset and X3.shape[2] != self.n_bits_:
+            raise ValueError(
+                f"X has {X3.shape[2]} features, but {type(self).__name__} is expecting "
+                f"{self.n_bits_} features as input: X has n_bits={X3.shape[2]} per token, "
+                f"but the model was fitted with n_bits={self.n_bits_}."
+            )
+        return X3, was_2d
+
+    def _validate_data(self, X, y, check_minip):
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y is None."
+            )
+        X3, was_2d = self._validate_X(X, reset=True)
+        y2, fitted = self._encode_targets(X3, y, was_2d, check_minip)
+        return X3, y2, fitted
+
+    @staticmethod
+    def _training_args(checked):
+        """Keyword arguments of :func:`~minip_learn.training.build_net` and
+        :func:`~minip_learn.training.train_members` from checked hyperparameters."""
+        return {k: checked[k] for k in ("optimizer", "lr", "weight_decay", "max_epochs",
+                                        "batch_size", "callbacks", "dtype", "device",
+                                        "verbose")}
+
+    # -- training ------------------------------------------------------------------
+    def _train(self, X3, y2, members, checked, *, batched, progress=False):
+        """Train ``members`` ``(module_params, random_state)`` as one stack."""
+        dtype, device = checked["dtype"], checked["device"]
+        return train_members(
+            self._module_class(members[0][0]), members,
+            _to_tensor(X3, dtype, device), _to_tensor(y2, dtype, device),
+            criterion=self._criterion, error=self._error, n_init=checked["n_init"],
+            batched_restarts=batched, stop_tolerance=checked["stop_tolerance"],
+            split_every=checked.get("split_every"), progress=progress,
+            **self._training_args(checked))
+
+    def fit(self, X, y, *, check_minip=False):
+        """Fit the head on sequences ``X`` with per-token targets ``y``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+            Token sequences of real token vectors; a 2-D array is read as sequences of
+            one token.
+        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+            Finite real targets, one per token (e.g.
+            :func:`~minip_learn.datasets.minip_targets`).
+        check_minip : bool, default=False
+            Also require Min-IP data: 0/1 tokens and ``y`` equal to the exact Min-IP
+            targets of ``X`` (integers in ``0..n_bits``); negative, fractional or wrong
+            targets then raise a ValueError. See
+            :func:`minip_learn._validation.check_minip_targets`.
+
+        Returns
+        -------
+        self : object
+            The fitted estimator.
+        """
+        X3, y2, fitted = self._validate_data(X, y, check_minip)
+        checked = self._check_params()
+        module_params = self._module_params(X3, checked, fitted)
+        res = self._train(X3, y2, [(module_params, self.random_state)], checked,
+                          batched=False)
+        # Everything fitted is set together, after training: a fit that raises leaves
+        # the estimator as it was (unfitted, or fitted by the previous call).
+        return self._set_fitted_state(res.members[0], X3, module_params, fitted)
+
+    def fit_members(self, X, y, params, *, progress=False):
+        """Fit ``clone(self).set_params(**p)`` for every ``p`` in ``params`` at once.
+
+        The members are initialised exactly as their own ``fit`` would initialise
+        them and trained together, full-batch, as one stack (see
+        :func:`minip_learn.training.train_members`): each with its own stopping and
+        restarts, equal to its separate fit up to floating-point rounding.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+        params : list of dict
+            The parameters of every member; keys among ``rank`` (estimators with a
+            rank) and ``random_state``.
+        progress : bool, default=False
+            Show a :mod:`tqdm` progress bar over epochs.
+
+        Returns
+        -------
+        result : :class:`~sklearn.utils.Bunch`
+            ``estimators``: the fitted members, in the order of ``params``;
+            ``n_members``: heads trained (members x ``n_init``); ``path``: the
+            forward path the stack took (None where it reports none).
+
+        Raises
+        ------
+        ValueError
+            For other parameters than ``rank`` and ``random_state``, modules that
+            train one by one only (several heads or layers, MLP readouts, class
+            logits), mini-batches or ``callbacks`` (with several members), or any
+            input ``fit`` rejects.
+
+        Examples
+        --------
+        >>> from minip_learn import KernelAttentionRegressor
+        >>> from minip_learn.datasets import make_minip
+        >>> X, y = make_minip(32, seq_len=2, n_bits=6, random_state=0)
+        >>> est = KernelAttentionRegressor(max_epochs=100, stop_tolerance=0.5)
+        >>> res = est.fit_members(X, y, [{"rank": 1, "random_state": 0},
+        ...                              {"rank": 4, "random_state": 0}])
+        >>> [e.rank for e in res.estimators], res.n_members
+        ([1, 4], 2)
+        """
+        params = [dict(p) for p in params]
+        if not params:
+            raise ValueError("params must be a non-empty list of dicts.")
+        for p in params:
+            bad = set(p) - set(MEMBER_PARAMS)
+            if bad:
+                raise ValueError(
+                    f"members may differ only in {' and '.join(MEMBER_PARAMS)}; got "
+                    f"{sorted(bad)}.")
+        X3, y2, fitted = self._validate_data(X, y, False)
+        ests = [clone(self).set_params(**p) for p in params]
+        by_key, members, checked = {}, [], None
+        for est in ests:
+            key = est.get_params(deep=False).get("rank")
+            if key not in by_key:
+                # members differ only in rank and seed: check (and e.g. collect the
+                # vocabulary of the table map) once per rank
+                checked = est._check_params()
+                by_key[key] = est._module_params(X3, checked, fitted)
+            members.append((copy.deepcopy(by_key[key]), est.random_state))
+        reason = self._stackable(members[0][0])
+        if reason is not None and len(members) * checked["n_init"] > 1:
+            raise ValueError(
+                f"{type(self).__name__} {reason} is fitted one by one (ensemble=False); "
+                "several members train as one stack only for single heads with an "
+                "affine readout.")
+        res = self._train(X3, y2, members, checked, batched=True, progress=progress)
+        for est, member, (module_params, _) in zip(ests, res.members, members):
+            est._set_fitted_state(member, X3, module_params, fitted)
+        return Bunch(estimators=ests, n_members=res.n_members, path=res.path)
+
+    def _set_fitted_state(self, member, X3, module_params, fitted):
+        """Set every fitted attribute from a trained member (``fit``, ``fit_members``)."""
+        self.__dict__.pop("vocabulary_", None)
+        vocab = module_params.get("feature_kwargs", {}).get("vocabulary")
+        if vocab is not None:
+            self.vocabulary_ = vocab
+        net, err = member.net, member.train_max_error
+        self.net_ = net
+        self.n_bits_ = self.n_features_in_ = X3.shape[2]
+        self.seq_len_ = X3.shape[1]
+        self.n_epochs_ = len(net.history)
+        self.init_errors_ = member.init_errors
+        self.train_max_error_ = err
+        self.solved_ = self.train_max_error_ < TOLERANCE
+        for name, value in fitted.items():
+            setattr(self, name, value)
+        if not math.isfinite(err):
+            warnings.warn(
+                f"Training diverged: the fitted {type(self).__name__} gives non-finite "
+                "outputs on its training set (solved_=False, train_max_error_=inf). Try a "
+                "smaller lr, dtype='float64' or a bounded feature_map.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
+        return self
+
+    @classmethod
+    def from_module(cls, module, **params):
+        """A fitted estimator around a head with hand-set weights.
+
+        The estimator predicts and scores without ``fit`` (e.g. the exact
+        constructions of :mod:`minip_learn.theory`). The module's ``n_bits`` becomes
+        ``n_bits_``; the module is used as is (its dtype is kept, it is moved to the
+        estimator's ``device``); ``params`` are the estimator's hyperparameters.
+
+        Parameters
+        ----------
+        module : torch.nn.Module
+            A head of :mod:`minip_learn.nn` of the estimator's kind.
+        **params
+            Hyperparameters of the estimator.
+
+        Returns
+        -------
+        estimator : object
+            A fitted estimator (``n_epochs_ = 0``, ``seq_len_ = None``).
+
+        Examples
+        --------
+        >>> from minip_learn import KernelAttentionRegressor
+        >>> from minip_learn.nn import KernelAttentionHead
+        >>> est = KernelAttentionRegressor.from_module(KernelAttentionHead(6, 2), rank=2)
+        >>> est.n_bits_, est.n_epochs_
+        (6, 0)
+        """
+        return cls(**params)._set_fitted_module(module)
+
+    def _set_fitted_module(self, module):
+        """Make this estimator fitted around ``module`` (see :meth:`from_module`)."""
+        train = self._training_args(self._check_params())
+        train["dtype"] = next(module.parameters()).dtype
+        self.net_ = build_net(module.to(device=train["device"]), criterion=self._criterion,
+                              **train)
+        vocab = getattr(getattr(module, "query_features", None), "vocabulary", None)
+        self.__dict__.pop("vocabulary_", None)
+        if vocab is not None:
+            self.vocabulary_ = vocab.cpu().numpy().astype(np.uint8)
+        self.n_bits_ = self.n_features_in_ = module.n_bits
+        self.seq_len_ = None
+        self.n_epochs_ = 0
+        return self
+
+    # -- prediction ------------------------------------------------------------------
+    def _raw_predict(self, X):
+        """The module's outputs for ``X`` in float64 (chunked, memory-checked)."""
+        check_is_fitted(self, "net_")
+        X3, was_2d = self._validate_X(X, reset=False)
+        self._check_predict_tokens(X3)
+        n_samples, seq_len, _ = X3.shape
+        # The trained parameters are evaluated in float64: float32 matrix products round
+        # a row differently depending on its position in the batch (by an ulp), which
+        # would make predictions depend on the order and chunking of X.
+        dtype, device = torch.float64, self.net_.device
+        module = copy.deepcopy(self.net_.module_).to(dtype=dtype).eval()
+        itemsize = torch.finfo(dtype).bits // 8
+        per_seq = self._predict_bytes_per_sequence(seq_len, itemsize)
+        free = _available_memory(device)
+        if free is not None and per_seq > free:
+            raise ValueError(
+                f"X has seq_len={seq_len}, which this model cannot take on {device}: one "
+                f"sequence needs about {per_seq / 2**30:.3g} GiB of working memory "
+                f"({self._predict_cost_note()}) but {free / 2**30:.3g} GiB are free."
+            )
+        chunk = int(max(1, min(n_samples, PREDICT_CHUNK_BYTES // max(per_seq, 1))))
+        out = []
+        with torch.no_grad():
+            for start in range(0, n_samples, chunk):
+                xb = _to_tensor(X3[start:start + chunk], dtype, device)
+                try:
+                    out.append(module(xb).detach().cpu())
+                except RuntimeError as exc:
+                    if not _is_out_of_memory(exc):
+                        raise
+                    raise ValueError(
+                        f"X has seq_len={seq_len}, which this model cannot take on {device}: "
+                        f"predicting ran out of memory ({self._predict_cost_note()})."
+                    ) from None
+        out = torch.cat(out).to(torch.float64).numpy()
+        return out[:, 0] if was_2d else out
+
+    def _predict_bytes_per_sequence(self, seq_len, itemsize):
+        """Rough working memory of one sequence in a forward pass (linear in seq_len)."""
+        module = self.net_.module_
+        width = module.n_bits + 2 * getattr(module, "value_dim", module.n_bits)
+        width += 4 * getattr(module, "rank", 0) + 2 * getattr(module, "score_dim", 0)
+        return 4 * seq_len * width * itemsize
+
+    def _predict_cost_note(self):
+        return "the sketch makes the cost linear in seq_len"
+
+    def _check_predict_tokens(self, X3):
+        """Hook for heads that cannot take some tokens at predict time."""
+
+    def __setstate__(self, state):
+        # skorch has already restored ``net_``, mapping a GPU model to the CPU when
+        # CUDA is not available here (with a DeviceWarning); keep its device a string.
+        super().__setstate__(state)
+        net = self.__dict__.get("net_")
+        if net is not None and isinstance(getattr(net, "device", None), torch.device):
+            net.device = str(net.device)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # X: (n_samples, seq_len, n_bits) sequences, or 2-D (n_samples, n_bits) read as
+        # single-token sequences; real, dense, finite.
+        tags.input_tags.two_d_array = True
+        tags.input_tags.three_d_array = True
+        tags.input_tags.sparse = False
+        tags.input_tags.allow_nan = False
+        # y: one target per token; (n_samples,) for 2-D X. Not generic multi-output.
+        tags.target_tags.required = True
+        tags.target_tags.single_output = True
+        tags.target_tags.multi_output = False
+        # fixed random_state -> bitwise-identical fits and predictions
+        tags.non_deterministic = False
+        return tags
+
+
+class _AttentionRegressorMixin(RegressorMixin):
+    """Real outputs per token and the sequence exact-match score."""
+
+    def predict(self, X):
+        """Real-valued outputs ``p_i`` for every token.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+            Sequences of any length; tokens must have the ``n_bits`` seen in fit.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples, seq_len), or (n_samples,) for 2-D X
+        """
+        return self._raw_predict(X)
+
+    def score(self, X, y, sample_weight=None):
+        """Sequence exact-match accuracy: the fraction of sequences with every position
+        within 1/2 of its target.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+        sample_weight : None
+            Not supported; must be None.
+
+        Returns
+        -------
+        score : float
+        """
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by the exact-match score.")
+        y_pred = self.predict(X)
+        X3, was_2d = check_sequences(X, allow_2d=True)
+        y2 = check_targets(y, X3.shape[0], X3.shape[1], was_2d=was_2d)
+        return sequence_exact_match(y2, y_pred.reshape(y2.shape))

@@ -1,0 +1,274 @@
+"""Kernel-attention estimators: the regressor, and the shared base of the classifier."""
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from .._validation import check_binary
+from ..nn import KernelAttentionHead, KernelAttentionModel, get_feature_map
+from ._base import _AttentionEstimator, _AttentionRegressorMixin
+
+__all__ = ["KernelAttentionRegressor"]
+
+
+def _check_feature_map(value, name):
+    get_feature_map(value)  # a ValueError naming the valid names
+    return value
+
+
+class _KernelAttention(_AttentionEstimator):
+    """Hyperparameters, module and prediction of the kernel-attention estimators."""
+
+    _parameter_constraints = {
+        **_AttentionEstimator._parameter_constraints,
+        "split_every": ("int", {"min": 1, "none": True}),
+        "feature_map": _check_feature_map,
+        "feature_kwargs": ("instance", {"types": (dict,), "none": True,
+                                        "what": "a dict or None"}),
+        "rank": ("int", {"min": 1}),
+        "n_heads": ("int", {"min": 1}),
+        "n_layers": ("int", {"min": 1}),
+        "readout": ("choice", {"options": ("affine", "mlp")}),
+        "readout_width": ("int", {"min": 1}),
+        "value_dim": ("int", {"min": 1, "none": True}),
+        "feature_width": ("int", {"min": 1}),
+        "feature_depth": ("int", {"min": 0}),
+        "shared_features": ("bool",),
+    }
+
+    def __init__(
+        self,
+        rank=16,
+        *,
+        feature_map="elu+1",
+        value_dim=None,
+        feature_width=64,
+        feature_depth=0,
+        shared_features=False,
+        feature_kwargs=None,
+        n_heads=1,
+        n_layers=1,
+        readout="affine",
+        readout_width=64,
+        lr=0.03,
+        max_epochs=2000,
+        batch_size=None,
+        optimizer="adam",
+        weight_decay=0.0,
+        stop_tolerance=0.25,
+        n_init=1,
+        split_every=200,
+        callbacks=None,
+        dtype="float32",
+        device="cpu",
+        random_state=None,
+        verbose=0,
+    ):
+        self.rank = rank
+        self.feature_map = feature_map
+        self.value_dim = value_dim
+        self.feature_width = feature_width
+        self.feature_depth = feature_depth
+        self.shared_features = shared_features
+        self.feature_kwargs = feature_kwargs
+        self.n_heads = n_heads
+        self.n_layers = n_layers
+        self.readout = readout
+        self.readout_width = readout_width
+        self.lr = lr
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.optimizer = optimizer
+        self.weight_decay = weight_decay
+        self.stop_tolerance = stop_tolerance
+        self.n_init = n_init
+        self.split_every = split_every
+        self.callbacks = callbacks
+        self.dtype = dtype
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _n_outputs(self, fitted):
+        """Outputs per position: None for one real output (regression)."""
+        return None
+
+    def _module_params(self, X, checked, fitted):
+        cls = get_feature_map(checked["feature_map"])
+        feature_kwargs = dict(checked["feature_kwargs"] or {})
+        rank = checked["rank"]
+        check = getattr(cls, "check_params", None)
+        if check is not None:  # e.g. taylor: rank must be 1 + p + p(p+1)/2
+            check(X.shape[2], rank, **feature_kwargs)
+        if checked["n_layers"] > 1 and cls.requires_vocabulary:
+            raise ValueError(
+                f"feature_map={checked['feature_map']!r} is defined on the token bits only "
+                f"and needs n_layers=1; got n_layers={checked['n_layers']}."
+            )
+        if cls.requires_vocabulary:
+            check_binary(X, name="X")
+            feature_kwargs["vocabulary"] = np.unique(
+                X.reshape(-1, X.shape[2]), axis=0).astype(np.uint8)
+        params = {k: checked[k] for k in ("rank", "feature_map", "value_dim", "feature_width",
+                                          "feature_depth", "shared_features")}
+        params.update(n_bits=X.shape[2], feature_kwargs=feature_kwargs)
+        beyond = dict(n_heads=checked["n_heads"], n_layers=checked["n_layers"],
+                      readout=checked["readout"], readout_width=checked["readout_width"],
+                      n_outputs=self._n_outputs(fitted))
+        if (beyond["n_heads"], beyond["n_layers"], beyond["readout"],
+                beyond["n_outputs"]) != (1, 1, "affine", None):
+            params.update(beyond)  # a variant outside the theorem
+        return params
+
+    def _module_class(self, module_params):
+        # the single head of the theorem with the defaults, the general model otherwise
+        if "n_heads" in module_params:
+            return KernelAttentionModel
+        return KernelAttentionHead
+
+    def _stackable(self, module_params):
+        if "n_heads" in module_params:
+            return "with n_heads, n_layers, readout='mlp' or class logits"
+        return None
+
+    @property
+    def theorem_applies_(self):
+        """Whether the certified lower bound covers the fitted model (see the class
+        docstring and :ref:`theory-r4`)."""
+        check_is_fitted(self, "net_")
+        return bool(getattr(self.net_.module_, "theorem_applies", False))
+
+    def _predict_bytes_per_sequence(self, seq_len, itemsize):
+        # every head of every layer holds its own features and values; logits per class
+        module = self.net_.module_
+        per_head = super()._predict_bytes_per_sequence(seq_len, itemsize)
+        blocks = getattr(module, "n_heads", 1) * getattr(module, "n_layers", 1)
+        outputs = getattr(module, "n_outputs", None) or 1
+        readout = getattr(getattr(module, "readout", None), "net", None)
+        width = 0 if readout is None else readout[0].out_features
+        return blocks * per_head + 4 * seq_len * (outputs + width) * itemsize
+
+    def _check_predict_tokens(self, X3):
+        vocab = getattr(self, "vocabulary_", None)
+        if vocab is None:
+            return
+        check_binary(X3, name="X")
+        tokens = np.unique(X3.reshape(-1, X3.shape[2]).astype(np.uint8), axis=0)
+        known = {t.tobytes() for t in vocab}
+        unseen = [t for t in tokens if t.tobytes() not in known]
+        if unseen:
+            raise ValueError(
+                f"X contains {len(unseen)} token(s) not seen in fit, e.g. "
+                f"{unseen[0].tolist()}; feature_map='table' is defined only on its "
+                f"vocabulary of {len(vocab)} training tokens."
+            )
+
+
+class KernelAttentionRegressor(_AttentionRegressorMixin, _KernelAttention):
+    """Normalised nonnegative kernel-attention head (rank ``r``) as a regressor.
+
+    ``p_i = rho_{x_i}(u_i)`` with ``u_i = sum_j alpha(x_i, x_j) v(x_j) / sum_j alpha(x_i, x_j)``
+    and ``alpha(x, z) = <phi_Q(x), phi_K(z)>``, computed through the fixed-size sketch
+    (see :doc:`/theory`).
+
+    Parameters
+    ----------
+    rank : int, default=16
+        Number of features ``r``.
+    feature_map : str, default="elu+1"
+        Name of the feature map; see :func:`minip_learn.nn.available_feature_maps`
+        (``elu+1``, ``exp``, ``favor+``, ``relu``, ``softplus``, ``squared_relu``,
+        ``table``). ``table`` learns a free feature vector per distinct token of the
+        training set and rejects unseen tokens at predict.
+    value_dim : int, default=None
+        Dimension of the value map; ``None`` means ``n_bits``.
+    feature_width : int, default=64
+        Hidden width of the feature encoder MLP.
+    feature_depth : int, default=0
+        Hidden layers of the feature encoder (0: a learnable linear projection).
+    shared_features : bool, default=False
+        Use the same map for queries and keys.
+    feature_kwargs : dict, default=None
+        Extra options of the feature map (``floor`` for ``relu``, ``proj_dim`` for
+        ``favor+`` ...).
+    n_heads : int, default=1
+        Kernel heads per layer, each of rank ``rank``. Values above 1 are **outside
+        the theorem** (see :ref:`theory-r7`): see :class:`~minip_learn.nn.KernelAttentionModel`.
+    n_layers : int, default=1
+        Layers of heads with a residual token stream; above 1 is **outside the
+        theorem**.
+    readout : {"affine", "mlp"}, default="affine"
+        Query-dependent affine readout (see :doc:`/theory`) or an MLP of the query and the
+        attended values (**outside the theorem**).
+    readout_width : int, default=64
+        Hidden width of the MLP readout (ignored for ``"affine"``).
+    lr : float, default=0.03
+        Learning rate.
+    max_epochs : int, default=2000
+        Maximum number of passes over the training set.
+    batch_size : int, default=None
+        Mini-batch size; ``None`` trains full-batch.
+    optimizer : {"adam", "adamw", "sgd"}, default="adam"
+    weight_decay : float, default=0.0
+    stop_tolerance : float or None, default=0.25
+        Stop training once every training position is within ``stop_tolerance`` of its
+        target (``<= 0.5``, the solving criterion; the default leaves a margin that
+        generalises to held-out sequences). ``None`` always runs ``max_epochs``.
+    n_init : int, default=1
+        Number of initialisations (as in :class:`~sklearn.cluster.KMeans`): training
+        restarts from a new seeded initialisation until one reaches
+        ``stop_tolerance``, at most ``n_init`` times, and the run with the smallest
+        training max error is kept. Gradient training of attention heads is non-convex;
+        restarts are the honest cure for an unlucky initialisation, and the attempts
+        are recorded in ``init_errors_``.
+    split_every : int or None, default=200
+        For ``feature_map="table"`` (a single head with separate query and key maps):
+        every ``split_every`` epochs, queries that share a dominant feature while
+        another feature is dominant for no query get features of their own
+        (:func:`~minip_learn.nn.split_shared_features`, zeroing the optimizer state of
+        the entries it overwrites). This cures the *assignment trap* that otherwise
+        stops every seed of the witness suite (see :ref:`theory-r6`) at its constructive rank.
+        Ignored for other maps and modules; ``None`` turns it off.
+    callbacks : list of skorch callbacks, default=None
+        Extra skorch callbacks.
+    dtype : {"float32", "float64"}, default="float32"
+    device : str, default="cpu"
+        Torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...).
+    random_state : int, RandomState instance or None, default=None
+        Seeds initialisation and shuffling; an int makes fits reproducible.
+    verbose : int, default=0
+        skorch verbosity.
+
+    Attributes
+    ----------
+    net_ : skorch.NeuralNet
+        The trained skorch net; ``net_.module_`` is the
+        :class:`~minip_learn.nn.KernelAttentionHead`, ``net_.history`` the log.
+    n_epochs_ : int
+        Epochs run by the kept initialisation.
+    init_errors_ : list of float
+        Training max error reached by each initialisation tried (see ``n_init``).
+    solved_ : bool
+        Whether the fitted head solves its training set (every position within 1/2).
+    train_max_error_ : float
+        Largest absolute training error of the fitted head.
+    n_bits_, seq_len_, n_features_in_ : int
+        Bits per token, training sequence length, and ``n_bits_`` again.
+    vocabulary_ : ndarray of shape (n_tokens, n_bits)
+        Distinct training tokens (``feature_map="table"`` only).
+    theorem_applies_ : bool
+        Whether the certified lower bound (see :ref:`theory-r4` and :ref:`theory-r5`) covers the fitted model: one
+        head, one layer, affine readout and a nonnegative kernel. Signed feature maps
+        (``identity``, ``rff``), ``n_heads > 1``, ``n_layers > 1`` and
+        ``readout="mlp"`` are variants outside the theorem (see :ref:`theory-r7`). With the defaults the
+        module is a :class:`~minip_learn.nn.KernelAttentionHead`; otherwise a
+        :class:`~minip_learn.nn.KernelAttentionModel`.
+
+    Examples
+    --------
+    >>> from minip_learn import KernelAttentionRegressor
+    >>> from minip_learn.datasets import make_minip
+    >>> X, y = make_minip(64, seq_len=2, n_bits=6, random_state=0)
+    >>> est = KernelAttentionRegressor(rank=1, random_state=0).fit(X, y)
+    >>> est.score(X, y)
+    1.0
+    """

@@ -1,0 +1,43 @@
+"""Training: skorch's loop over a stack of members, with per-member callbacks.
+
+One pipeline trains every head of the library: a single ``fit`` is a stack of one
+member, :func:`~minip_learn.model_selection.fit_ensemble` a stack of many (seeds x
+ranks x restarts). :func:`train_members` initialises the members as single fits do,
+trains them with :class:`MinIPNet` (whole-batch iteration, a seeded shuffle) on the sum
+of their losses (:class:`MemberLoss`), stops each member on its own
+(:class:`StopWhenSolved`), splits shared features of ``table`` heads
+(:class:`SplitSharedFeatures`), returns freed memory to the OS on CPU
+(:class:`TrimMemory`), and unpacks every member into an ordinary fitted net.
+
+Layer: imports torch, skorch, numpy, :mod:`sklearn.utils` and
+:mod:`minip_learn.nn`, :mod:`minip_learn.metrics`; the estimators build on it.
+"""
+
+from ._callbacks import (
+    TRIM_EVERY,
+    MemberLog,
+    ProgressBar,
+    SplitSharedFeatures,
+    StopWhenSolved,
+    TrimMemory,
+    absolute_error,
+    member_max_errors,
+)
+from ._members import build_net, train_members
+from ._net import BatchIterator, MemberLoss, MinIPNet
+
+__all__ = [
+    "TRIM_EVERY",
+    "BatchIterator",
+    "MemberLog",
+    "MemberLoss",
+    "MinIPNet",
+    "ProgressBar",
+    "SplitSharedFeatures",
+    "StopWhenSolved",
+    "TrimMemory",
+    "absolute_error",
+    "build_net",
+    "member_max_errors",
+    "train_members",
+]

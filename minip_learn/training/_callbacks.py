@@ -1,0 +1,262 @@
+"""Callbacks of the member-stack training: stopping, feature splitting, memory, progress.
+
+Each works per member of the :class:`~minip_learn.nn.HeadEnsemble` that the net
+trains (one member for a single ``fit``).
+"""
+
+import math
+
+import numpy as np
+import torch
+from skorch.callbacks import Callback
+
+from ..metrics import TOLERANCE
+from ..nn.splitting import minip_partners, split_shared_features, splittable_tables
+
+__all__ = [
+    "MemberLog",
+    "ProgressBar",
+    "SplitSharedFeatures",
+    "StopWhenSolved",
+    "TRIM_EVERY",
+    "TrimMemory",
+    "absolute_error",
+]
+
+#: epochs between two ``malloc_trim`` calls of :class:`TrimMemory`
+TRIM_EVERY = 50
+
+
+def absolute_error(y_pred, y):
+    """Absolute error of every output position, ``|y_pred - y|`` (members leading)."""
+    return (y_pred - y).abs()
+
+
+def member_max_errors(error, y_pred, y):
+    """Largest ``error`` of every member, shape ``(E,)``; NaN becomes inf."""
+    err = error(y_pred, y).flatten(1).amax(1)
+    return torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+
+
+def _member_snapshot(ens, opt, i):
+    """Member ``i``'s parameters and optimizer state, cropped to its own shapes."""
+    snap = {}
+    for name, p in zip(ens.names, ens.params):
+        state = {}
+        for k, v in opt.state.get(p, {}).items():
+            if torch.is_tensor(v) and v.shape == p.shape:
+                state[k] = ens.crop(i, name, v.detach()).clone()
+            elif torch.is_tensor(v):
+                state[k] = v.detach().clone()
+            else:
+                state[k] = v
+        snap[name] = (ens.crop(i, name, p.detach()).clone(), state)
+    return snap
+
+
+def _where_members(mask, a, b):
+    """``a`` for the members in ``mask``, else ``b`` (tensors with members leading)."""
+    return torch.where(mask.view(-1, *[1] * (a.ndim - 1)), a, b)
+
+
+class MemberLog(Callback):
+    """Record the loss of every member of every batch as ``member_loss``."""
+
+    def on_batch_end(self, net, training=None, **kwargs):
+        if training:
+            net.history.record_batch("member_loss", net.criterion_.member_losses_.tolist())
+
+
+class StopWhenSolved(Callback):
+    """Stop each member as soon as it solves the training set (with a margin).
+
+    During an epoch it tracks every member's largest error over the training batches
+    (recorded in the history as ``member_max_error``, measured before each batch's
+    update). A member whose error falls below ``tolerance`` is checked with one
+    forward pass over the whole training set; if every position is within
+    ``tolerance`` of its target the member stops: its parameters and optimizer state
+    stay those of that epoch. Training ends when every member has stopped.
+
+    Parameters
+    ----------
+    tolerance : float, default=0.5
+        Stop once ``error < tolerance`` everywhere. ``0.5`` is the solving criterion;
+        a smaller value keeps training until a margin is reached, which generalises
+        better to held-out sequences.
+    error : callable, default=absolute_error
+        ``error(y_pred, y)``: the error of every output position of every member
+        (e.g. the distance between the argmax class and the target class).
+
+    Attributes
+    ----------
+    active_ : BoolTensor of shape (n_members,)
+        The members still training.
+    n_epochs_ : ndarray of shape (n_members,)
+        Epochs trained by every member.
+    snapshots_ : dict
+        Parameters and optimizer state of the members that stopped while others
+        trained on, by member index.
+    """
+
+    def __init__(self, tolerance=TOLERANCE, error=absolute_error):
+        self.tolerance = tolerance
+        self.error = error
+
+    def on_train_begin(self, net, **kwargs):
+        E = net.module_.n_members
+        self.active_ = torch.ones(E, dtype=torch.bool)
+        self.n_epochs_ = np.zeros(E, dtype=int)
+        self.snapshots_ = {}
+        self._frozen = None
+        net.active_members_ = self.active_
+
+    def on_epoch_begin(self, net, **kwargs):
+        self.max_errors_ = None
+
+    def on_batch_end(self, net, batch=None, training=None, y_pred=None, **kwargs):
+        if not training:
+            return
+        if self._frozen is not None:  # stopped members undo the step just taken
+            with torch.no_grad():
+                for p, f in zip(net.module_.params, self._frozen):
+                    p.copy_(_where_members(self._stopped, f, p))
+        err = member_max_errors(self.error, y_pred.detach(), batch[1])
+        self.max_errors_ = err if self.max_errors_ is None else torch.maximum(
+            self.max_errors_, err)
+
+    def on_epoch_end(self, net, dataset_train=None, **kwargs):
+        errors = self.max_errors_.tolist()
+        net.history.record("member_max_error", errors)
+        active = self.active_
+        self.n_epochs_[active.numpy()] += 1
+        cand = active & (torch.tensor(errors, dtype=torch.float64) < self.tolerance)
+        if not bool(cand.any()):
+            return
+        with torch.no_grad():
+            net.module_.eval()
+            out = net.infer(dataset_train.X)
+            err = member_max_errors(self.error, out, dataset_train.y).cpu()
+        stop = cand & (err < self.tolerance)
+        if not bool(stop.any()):
+            return
+        if bool((active & ~stop).any()):
+            self._freeze(net, stop)
+        active &= ~stop
+        if not bool(active.any()):
+            raise KeyboardInterrupt
+
+    def _freeze(self, net, stop):
+        ens = net.module_
+        for i in torch.nonzero(stop).flatten().tolist():
+            self.snapshots_[i] = _member_snapshot(ens, net.optimizer_, i)
+        st = stop.to(ens.params[0].device)
+        with torch.no_grad():
+            if self._frozen is None:
+                self._frozen = [p.detach().clone() for p in ens.params]
+                self._stopped = st
+            else:
+                self._frozen = [_where_members(st, p.detach(), f)
+                                for p, f in zip(ens.params, self._frozen)]
+                self._stopped = self._stopped | st
+
+
+class SplitSharedFeatures(Callback):
+    """Every ``every`` epochs, give queries that share a dominant feature their own.
+
+    Runs :func:`~minip_learn.nn.split_shared_features` on the members of a stack of
+    kernel heads with separate ``table`` query and key maps (other modules are left
+    alone), on the members still training (see :class:`StopWhenSolved`) and within
+    each member's rank mask, and zeroes the optimizer state of the overwritten
+    entries. The number of queries moved per member is recorded in the history as
+    ``member_n_split`` on the epochs where it runs (None for a stopped member).
+
+    Parameters
+    ----------
+    every : int, default=200
+        Epochs between two splitting passes (the first runs after epoch ``every``).
+    """
+
+    def __init__(self, every=200):
+        self.every = every
+
+    def on_train_begin(self, net, X=None, y=None, **kwargs):
+        self.partners_ = None
+        ens = net.module_
+        if splittable_tables(ens.template) is None:
+            return
+        pos = {n: j for j, n in enumerate(ens.names)}
+        self.tables_ = (ens.params[pos["query_features.log_table"]],
+                        ens.params[pos["key_features.log_table"]])
+        self.mask_ = ens.stacked_buffer("feature_mask")
+        qf = ens.template.query_features
+        with torch.no_grad():
+            index = qf.token_index(torch.as_tensor(X).to(qf.vocabulary.device))
+        self.partners_ = minip_partners(index, qf.vocabulary)
+
+    def on_epoch_end(self, net, **kwargs):
+        if self.partners_ is None or len(net.history) % self.every:
+            return
+        active = getattr(net, "active_members_", None)
+        E = net.module_.n_members
+        live = list(range(E)) if active is None else torch.nonzero(active).flatten().tolist()
+        _, _, moved = split_shared_features(
+            *self.tables_, self.partners_, mask=self.mask_, members=live,
+            optimizer=net.optimizer_)
+        live = set(live)
+        net.history.record("member_n_split",
+                           [int(moved[i]) if i in live else None for i in range(E)])
+
+
+def _malloc_trim():
+    """A function returning freed heap memory to the OS (glibc's ``malloc_trim``), or None.
+
+    The batched forward/backward allocates and frees large blocks of varying size every
+    epoch; glibc keeps the freed ones in its heap, and over thousands of epochs the
+    resident size of a rank-128 ensemble grew to several GB (15 GB peak in the full
+    witness run) although the live tensors need a few hundred MB.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)
+
+
+class TrimMemory(Callback):
+    """On CPU, return freed heap memory to the OS every ``every`` epochs (glibc only).
+
+    Parameters
+    ----------
+    every : int, default=TRIM_EVERY
+    """
+
+    def __init__(self, every=TRIM_EVERY):
+        self.every = every
+
+    def on_train_begin(self, net, **kwargs):
+        cpu = torch.device(net.device).type == "cpu"
+        self.trim_ = _malloc_trim() if cpu else None
+
+    def on_epoch_end(self, net, **kwargs):
+        if self.trim_ is not None and len(net.history) % self.every == 0:
+            self.trim_()
+
+
+class ProgressBar(Callback):
+    """A :mod:`tqdm` progress bar over the epochs of ``max_epochs``."""
+
+    def on_train_begin(self, net, **kwargs):
+        from tqdm.auto import tqdm
+
+        self.bar_ = tqdm(total=net.max_epochs, unit="epoch",
+                         desc=f"{net.module_.n_members} member(s)")
+
+    def on_epoch_end(self, net, **kwargs):
+        self.bar_.update(1)
+
+    def on_train_end(self, net, **kwargs):
+        self.bar_.close()

@@ -1,0 +1,313 @@
+"""One training pipeline: members initialised as single fits, trained as one stack.
+
+:func:`train_members` initialises every member (and every restart) exactly as a single
+fit initialises its head, stacks the heads into one
+:class:`~minip_learn.nn.HeadEnsemble` (a leading member dimension, rank-masked when the
+ranks differ), trains the stack with skorch's loop on the sum of the members' losses,
+with per-member stopping and feature splitting as callbacks, and unpacks every member
+into an ordinary fitted net around its own head. The members' gradients are
+independent and Adam/AdamW/SGD act elementwise, so each member follows the trajectory
+of its own separate fit (up to floating-point rounding).
+"""
+
+import math
+import threading
+import time
+
+import numpy as np
+import torch
+from skorch.history import History
+from sklearn.utils import Bunch, check_random_state
+
+from ..nn import HeadEnsemble
+from ._callbacks import (
+    MemberLog,
+    ProgressBar,
+    SplitSharedFeatures,
+    StopWhenSolved,
+    TrimMemory,
+    _member_snapshot,
+    absolute_error,
+    member_max_errors,
+)
+from ._net import MemberLoss, MinIPNet
+
+__all__ = ["build_net", "train_members"]
+
+#: Initialisation draws from torch's global generator: it is seeded inside
+#: ``fork_rng`` (the caller's RNG state is left alone) and under this lock, so that
+#: fits running in threads (joblib's threading backend, dask threads) cannot
+#: interleave their draws. Training itself uses only the nets' own seeded generators.
+_INIT_LOCK = threading.Lock()
+
+
+def build_net(module, *, criterion=torch.nn.MSELoss, optimizer=torch.optim.Adam, lr=0.01,
+              weight_decay=0.0, max_epochs=100, batch_size=None, callbacks=None,
+              dtype=torch.float32, device="cpu", verbose=0, seed=0, init_seed=None,
+              **module_params):
+    """An initialised :class:`MinIPNet` around one head (what an estimator's ``net_`` is).
+
+    Parameters
+    ----------
+    module : type or torch.nn.Module
+        Class of the head (built from ``module_params``) or a head to use as is.
+    criterion, optimizer, lr, weight_decay, max_epochs, batch_size, callbacks, dtype, \
+device, verbose
+        As in :func:`train_members`.
+    seed : int, default=0
+        Seed of the net's mini-batch shuffling.
+    init_seed : int or None, default=None
+        When given, the head is built under ``torch.manual_seed(init_seed)``, inside
+        ``torch.random.fork_rng`` (the caller's random state is left alone).
+    **module_params
+        Keyword arguments of ``module``.
+
+    Returns
+    -------
+    net : MinIPNet
+    """
+    net = MinIPNet(
+        module=module, criterion=criterion, optimizer=optimizer,
+        optimizer__weight_decay=weight_decay, lr=lr, max_epochs=max_epochs,
+        batch_size=-1 if batch_size is None else batch_size, train_split=None,
+        callbacks=callbacks, verbose=verbose, device=device, seed=seed, dtype=dtype,
+        **{f"module__{k}": v for k, v in module_params.items()})
+    if init_seed is None:
+        return net.initialize()
+    cuda = [torch.device(device)] if torch.device(device).type == "cuda" else []
+    with _INIT_LOCK, torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(init_seed)
+        net.initialize()
+    return net
+
+
+def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, callbacks,
+                 progress, seed):
+    """Train the heads of ``nets`` as one member stack and load the result into them."""
+    first = nets[0]
+    ens = HeadEnsemble([net.module_ for net in nets])
+    E = ens.n_members
+    extra = [("member_log", MemberLog())]
+    stopper = None
+    if stop_tolerance is not None:
+        stopper = StopWhenSolved(stop_tolerance, error)
+        extra.append(("stop_when_solved", stopper))
+    if split_every is not None:
+        # after the stop check: a solved epoch ends training unsplit
+        extra.append(("split_shared_features", SplitSharedFeatures(split_every)))
+    extra.append(("trim_memory", TrimMemory()))
+    if progress:
+        extra.append(("progress", ProgressBar()))
+    trainer = MinIPNet(
+        module=ens,
+        criterion=MemberLoss(criterion()),
+        optimizer=first.optimizer,
+        lr=first.lr,
+        max_epochs=first.max_epochs,
+        batch_size=first.batch_size,
+        train_split=None,
+        callbacks=list(callbacks or []) + extra,
+        verbose=first.verbose,
+        device=first.device,
+        seed=seed,
+        dtype=first.dtype,
+        **{k: v for k, v in first.get_params().items() if k.startswith("optimizer__")},
+    )
+    trainer.initialize()
+    trainer.partial_fit(X, y)
+    rows = list(trainer.history)
+    n_epochs = (np.full(E, len(rows), dtype=int) if stopper is None else stopper.n_epochs_)
+    snapshots = {} if stopper is None else stopper.snapshots_
+    for i, net in enumerate(nets):
+        snap = snapshots.get(i) or _member_snapshot(ens, trainer.optimizer_, i)
+        _load_member(net, snap)
+        net.history = History(_member_rows(rows, i, E, int(n_epochs[i])))
+    return ens
+
+
+def _load_member(net, snap):
+    """Parameters and optimizer state of a member snapshot into a plain net."""
+    names = {id(p): n for n, p in net.module_.named_parameters()}
+    with torch.no_grad():
+        for n, p in net.module_.named_parameters():
+            p.copy_(snap[n][0])
+    for group in net.optimizer_.param_groups:
+        for p in group["params"]:
+            n = names.get(id(p))
+            if n is not None and snap[n][1]:
+                net.optimizer_.state[p] = dict(snap[n][1])
+
+
+def _member_rows(rows, i, E, n_epochs):
+    """The history of member ``i`` out of the stack's: its own loss, max error and
+    splits; the epoch time shared out equally over the members."""
+    out, best = [], math.inf
+    for row in rows[:n_epochs]:
+        row = dict(row)
+        batches = [dict(b) for b in row.get("batches", [])]
+        member_loss = [b.pop("member_loss", None) for b in batches]
+        row["batches"] = batches
+        if E > 1:
+            for b, m in zip(batches, member_loss):
+                b["train_loss"] = m[i]
+            sizes = [b["train_batch_size"] for b in batches]
+            loss = float(np.average([m[i] for m in member_loss], weights=sizes))
+            row["train_loss"] = loss
+            row["train_loss_best"] = bool(loss <= best)
+            best = min(best, loss)
+            row["dur"] = row["dur"] / E
+        errors = row.pop("member_max_error", None)
+        if errors is not None:
+            row["train_max_error"] = errors[i]
+        splits = row.pop("member_n_split", None)
+        if splits is not None and splits[i] is not None:
+            row["n_split"] = splits[i]
+        out.append(row)
+    return out
+
+
+def train_members(module, members, X, y, *, criterion=torch.nn.MSELoss,
+                  error=absolute_error, n_init=1, batched_restarts=True,
+                  optimizer=torch.optim.Adam, lr=0.01, weight_decay=0.0, max_epochs=100,
+                  batch_size=None, stop_tolerance=None, split_every=None, callbacks=None,
+                  dtype=torch.float32, device="cpu", verbose=0, progress=False):
+    """Initialise, train, stop, split and restart heads as one member stack.
+
+    Every member ``(module_params, random_state)`` draws ``n_init`` seeds from
+    ``check_random_state(random_state)``; for each seed a :class:`MinIPNet` around
+    ``module(**module_params)`` is initialised under ``torch.manual_seed(seed)`` (what
+    a single fit does). The heads are stacked into a
+    :class:`~minip_learn.nn.HeadEnsemble` and trained by skorch's loop on the sum of
+    their losses (:class:`MemberLoss`), with the callbacks :class:`StopWhenSolved`
+    (per member), :class:`SplitSharedFeatures` and :class:`TrimMemory`. Each trained
+    member is loaded back into its own net (head, optimizer state cropped to its
+    shapes, a skorch history of its own epochs), and of every member's restarts the
+    one with the smallest training max error is kept, scanning the restarts in order
+    and stopping at the first that meets ``stop_tolerance``.
+
+    Parameters
+    ----------
+    module : type
+        Class of the heads (e.g. :class:`~minip_learn.nn.KernelAttentionHead`).
+    members : list of (dict, int or RandomState or None)
+        ``(module_params, random_state)`` of every member; members may differ only in
+        what :class:`~minip_learn.nn.HeadEnsemble` can stack (e.g. the rank).
+    X : Tensor of shape (n_samples, seq_len, n_bits)
+        Training sequences, on ``device`` in ``dtype``.
+    y : Tensor
+        Targets, on ``device`` in ``dtype``.
+    criterion : type, default=torch.nn.MSELoss
+        Loss class of one member.
+    error : callable, default=absolute_error
+        ``error(y_pred, y)``: error of every output position (members leading); a
+        member is solved when all are below ``stop_tolerance``.
+    n_init : int, default=1
+        Initialisations per member.
+    batched_restarts : bool, default=True
+        Train every member's every initialisation at once. False: one stack per
+        initialisation, in order, until one meets ``stop_tolerance`` (the later
+        initialisations are then not trained).
+    optimizer : type, default=torch.optim.Adam
+    lr : float, default=0.01
+    weight_decay : float, default=0.0
+    max_epochs : int, default=100
+    batch_size : int or None, default=None
+        Mini-batch size (None: full batch). Stacks of several members train full-batch.
+    stop_tolerance : float or None, default=None
+        Stop a member once every position's error is below it; None runs
+        ``max_epochs``.
+    split_every : int or None, default=None
+        Epochs between two passes of :class:`SplitSharedFeatures` (None: never).
+    callbacks : list of skorch callbacks, default=None
+        Extra callbacks; only for stacks of one member.
+    dtype : torch.dtype, default=torch.float32
+    device : str, default="cpu"
+    verbose : int, default=0
+    progress : bool, default=False
+        Show a progress bar over epochs.
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``members``: one Bunch per member with ``net`` (the kept fitted
+        :class:`MinIPNet`, its module a plain head), ``train_max_error`` (its training
+        max error, inf when not finite) and ``init_errors`` (the max error of every
+        initialisation tried); ``n_members``: heads trained (members x restarts
+        tried); ``path``: the forward path the stack reports
+        (``HeadEnsemble.path``), None where it reports none.
+
+    Raises
+    ------
+    ValueError
+        For ``callbacks`` or mini-batches with more than one member in a stack.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.datasets import make_minip
+    >>> from minip_learn.nn import KernelAttentionHead
+    >>> X, y = (torch.as_tensor(a, dtype=torch.float32)
+    ...         for a in make_minip(32, seq_len=2, n_bits=6, random_state=0))
+    >>> res = train_members(KernelAttentionHead, [(dict(n_bits=6, rank=r), 0)
+    ...                                           for r in (1, 3)],
+    ...                     X, y, lr=0.03, max_epochs=300, stop_tolerance=0.25)
+    >>> [m.train_max_error < 0.25 for m in res.members]
+    [True, True]
+    >>> type(res.members[1].net.module_).__name__, res.members[1].net.module_.rank
+    ('KernelAttentionHead', 3)
+    """
+    n = int(X.shape[0])
+    seeds = []
+    for _, random_state in members:
+        rng = check_random_state(random_state)
+        seeds.append([int(rng.randint(np.iinfo(np.int32).max)) for _ in range(n_init)])
+    if len(members) * (n_init if batched_restarts else 1) > 1:
+        if callbacks is not None:
+            raise ValueError(
+                "a stack of several members does not run skorch callbacks; set "
+                "callbacks=None.")
+        if batch_size is not None and batch_size < n:
+            raise ValueError(
+                f"a stack of several members trains full-batch only: batch_size="
+                f"{batch_size} is smaller than the {n} training sequences; use "
+                "batch_size=None.")
+    net_params = dict(
+        criterion=criterion, optimizer=optimizer, weight_decay=weight_decay, lr=lr,
+        max_epochs=max_epochs, batch_size=batch_size, callbacks=callbacks, dtype=dtype,
+        device=device, verbose=verbose)
+    fit = dict(criterion=criterion, error=error, stop_tolerance=stop_tolerance,
+               split_every=split_every, callbacks=callbacks, progress=progress)
+
+    def make(i, k):
+        seed = seeds[i][k]
+        return build_net(module, seed=seed, init_seed=seed, **net_params, **members[i][0])
+
+    def max_error(net):
+        with torch.no_grad():
+            net.module_.eval()
+            e = member_max_errors(error, net.infer(X).unsqueeze(0), y).item()
+        return e if math.isfinite(e) else math.inf
+
+    out, path, n_trained = [], None, 0
+    if batched_restarts:
+        keys = [(i, k) for i in range(len(members)) for k in range(n_init)]
+        nets = {key: make(*key) for key in keys}
+        ens = _train_stack([nets[key] for key in keys], X, y, seed=seeds[0][0], **fit)
+        path, n_trained = getattr(ens, "path", None), len(keys)
+    for i in range(len(members)):
+        best, err, init_errors = None, math.inf, []
+        for k in range(n_init):
+            if not batched_restarts:
+                net = make(i, k)
+                ens = _train_stack([net], X, y, seed=seeds[i][k], **fit)
+                path, n_trained = getattr(ens, "path", None), n_trained + 1
+            else:
+                net = nets[(i, k)]
+            e = max_error(net)
+            init_errors.append(e)
+            if best is None or e < err:
+                best, err = net, e
+            if stop_tolerance is not None and err < stop_tolerance:
+                break  # this initialisation reached the stopping margin: no restart
+        out.append(Bunch(net=best, train_max_error=err, init_errors=init_errors))
+    return Bunch(members=out, n_members=n_trained, path=path)

@@ -1,0 +1,144 @@
+"""The skorch net of the library: whole-batch iteration, a seeded shuffle, the dtype.
+
+skorch's default ``Dataset``/``DataLoader`` collates one sample at a time, which makes
+a full-batch fit of these tiny heads many times slower than a plain torch loop. The
+:class:`BatchIterator` here slices whole batches out of tensors that already sit on the
+training device.
+"""
+
+import torch
+from skorch import NeuralNet
+from skorch.callbacks import EpochTimer, PassthroughScoring
+
+__all__ = ["BatchIterator", "MemberLoss", "MinIPNet"]
+
+
+class BatchIterator:
+    """Iterate over ``(X, y)`` tensors of a skorch ``Dataset`` in whole batches.
+
+    Parameters
+    ----------
+    dataset : skorch.dataset.Dataset
+        Holds tensors ``X`` and ``y`` (``y`` may be None at predict time).
+    batch_size : int
+        Batch size; ``-1`` or ``None`` means the whole set in one batch.
+    shuffle : bool
+        Draw a new permutation per pass (only when batches are smaller than the set).
+    generator : torch.Generator or None
+        Source of the permutations.
+    """
+
+    def __init__(self, dataset, batch_size=-1, shuffle=False, generator=None):
+        self.X = dataset.X
+        self.y = dataset.y
+        self.n = len(self.X)
+        self.batch_size = self.n if batch_size in (None, -1) else int(batch_size)
+        self.shuffle = shuffle
+        self.generator = generator
+
+    def __len__(self):
+        return -(-self.n // self.batch_size)
+
+    def __iter__(self):
+        if self.batch_size >= self.n:
+            yield self.X, self.y
+            return
+        if self.shuffle:
+            order = torch.randperm(self.n, generator=self.generator).to(self.X.device)
+        else:
+            order = None
+        for start in range(0, self.n, self.batch_size):
+            if order is None:
+                sl = slice(start, start + self.batch_size)
+            else:
+                sl = order[start:start + self.batch_size]
+            yield self.X[sl], (None if self.y is None else self.y[sl])
+
+
+class MinIPNet(NeuralNet):
+    """skorch ``NeuralNet`` of the Min-IP estimators.
+
+    Differences from the stock net: whole-batch iteration (:class:`BatchIterator`)
+    with a seeded shuffling generator, parameters cast to ``dtype`` when the module is
+    initialised, and a lean set of default callbacks (epoch timer and training loss).
+    Its module is a single head (the fitted ``net_`` of an estimator) or, during
+    training, a :class:`~minip_learn.nn.HeadEnsemble` of members with the criterion
+    :class:`MemberLoss` (see :func:`~minip_learn.training.train_members`).
+
+    Parameters
+    ----------
+    *args, **kwargs
+        As for :class:`skorch.NeuralNet`.
+    seed : int, default=0
+        Seed of the generator that shuffles mini-batches.
+    dtype : torch.dtype, default=torch.float32
+        Floating-point type of the module's parameters.
+    """
+
+    def __init__(self, *args, seed=0, dtype=torch.float32, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seed = seed
+        self.dtype = dtype
+
+    @property
+    def _default_callbacks(self):
+        return [
+            ("epoch_timer", EpochTimer()),
+            ("train_loss", PassthroughScoring(name="train_loss", on_train=True)),
+        ]
+
+    def initialize_module(self):
+        super().initialize_module()
+        self.module_.to(dtype=self.dtype)
+        return self
+
+    def get_iterator(self, dataset, training=False):
+        if training:
+            if getattr(self, "_shuffle_generator", None) is None:
+                self._shuffle_generator = torch.Generator().manual_seed(self.seed)
+            return BatchIterator(
+                dataset, self.batch_size, shuffle=True, generator=self._shuffle_generator
+            )
+        return BatchIterator(dataset, self.batch_size)
+
+    def __getstate__(self):
+        state = super().__getstate__()
+        state.pop("_shuffle_generator", None)
+        return state
+
+
+class MemberLoss(torch.nn.Module):
+    """The loss of every member of a stack, summed: each member gets its own gradient.
+
+    Parameters
+    ----------
+    loss : torch.nn.Module
+        The loss of one member, ``loss(y_pred, y)`` (e.g. ``torch.nn.MSELoss()``).
+
+    Attributes
+    ----------
+    member_losses_ : Tensor of shape (n_members,)
+        The members' losses of the last call (detached).
+
+    Examples
+    --------
+    >>> import torch
+    >>> crit = MemberLoss(torch.nn.MSELoss())
+    >>> y = torch.zeros(4, 3)
+    >>> total = crit(torch.stack([torch.ones(4, 3), 2 * torch.ones(4, 3)]), y)
+    >>> total.item(), crit.member_losses_.tolist()
+    (5.0, [1.0, 4.0])
+    """
+
+    def __init__(self, loss):
+        super().__init__()
+        self.loss = loss
+
+    def forward(self, y_pred, y):
+        if len(y_pred) == 1:
+            total = self.loss(y_pred[0], y)
+            self.member_losses_ = total.detach().reshape(1)
+            return total
+        losses = torch.func.vmap(self.loss, in_dims=(0, None))(y_pred, y)
+        self.member_losses_ = losses.detach()
+        return losses.sum()
