@@ -53,10 +53,13 @@ def paired(benchmark, target, baseline, *, rounds):
 
 
 class _InitialState(Callback):
-    """Keep a copy of the module as it was when training began."""
+    """Keep a copy of the head as it was when training began (the only member of the
+    stack that a single fit trains)."""
 
     def on_train_begin(self, net, **kwargs):
-        self.module = copy.deepcopy(net.module_)
+        stack = net.module_
+        self.module = copy.deepcopy(stack.template).requires_grad_(True)
+        self.module.load_state_dict(stack.member_state_dict(0))
 
 
 def hand_loop(est, X, y, epochs):

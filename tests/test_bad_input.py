@@ -1,4 +1,4 @@
-"""Bad input (issue 7, item 4): every entry of the table in docs/bad_input.rst gets
+"""Bad input: every entry of the table in docs/bad_input.rst gets
 the documented error, which names the problem (never a torch traceback).
 
 Each case has an id; ``test_every_case_is_documented`` checks that the docs table lists
@@ -14,7 +14,7 @@ import scipy.sparse as sp
 import torch
 from sklearn.exceptions import DataConversionWarning, NotFittedError
 
-import minip_learn.estimators as estimators_module
+import minip_learn.estimators._base as estimators_module
 from minip_learn import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from minip_learn._validation import InputTypeError
 from minip_learn.datasets import make_minip, minip_targets

@@ -1,4 +1,4 @@
-"""Variants outside the theorem (issue 8, items 2-4): signed feature maps with a guarded
+"""Variants outside the theorem: signed feature maps with a guarded
 normalisation, several heads and layers, MLP readouts, the argmax classifier, the
 ``theorem_applies`` flag used by the sweep's certified-bound check, and the R8 capacity
 calculator."""
@@ -141,7 +141,7 @@ def test_nonnegative_path_is_unchanged(name, seq_len, monkeypatch):
     monkeypatch.undo()
     head.denominator_eps = 1e6
     assert torch.equal(head(x), out)
-    # and the output is the normalised kernel attention of the sketch (THEORY section 2)
+    # and the output is the normalised kernel attention of the sketch (docs/theory.rst)
     phi_q, phi_k = head.features(x)
     v = head.value(x)
     S, s = phi_k.transpose(-2, -1) @ v, phi_k.sum(-2)

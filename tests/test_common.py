@@ -1,4 +1,4 @@
-"""scikit-learn's own estimator checks on every public estimator (issue 7, item 1).
+"""scikit-learn's own estimator checks on every public estimator.
 
 The checks fit on small Gaussian data with 2-D X, which the estimators read as
 single-token sequences ``(n_samples, n_features) -> (n_samples, 1, n_bits)``: the
@@ -21,7 +21,7 @@ from minip_learn import (
 ESTIMATORS = [
     KernelAttentionRegressor(rank=4, max_epochs=30, random_state=0),
     SoftmaxAttentionRegressor(max_epochs=30, random_state=0),
-    # issue 8: the argmax classifier (outside the theorem) passes every check too
+    # the argmax classifier (outside the theorem) passes every check too
     KernelAttentionClassifier(rank=4, max_epochs=30, random_state=0),
 ]
 

@@ -210,6 +210,33 @@ def test_members_equal_separate_fits(case, data):
     assert len(epochs) > 1  # members stopped at different epochs: stopping was per member
 
 
+@pytest.mark.parametrize("case", list(CASES))
+def test_single_fit_is_a_one_member_ensemble(case, data):
+    # one training path: fit and a one-member fit_ensemble give identical results
+    X, y = data
+    est, ranks = CASES[case]
+    p = {"rank": ranks[-1], "random_state": 3} if ranks else {"random_state": 3}
+    single = clone(est).set_params(**p).fit(X, y)
+    res = fit_ensemble(est, X, y, params=[p])
+    member = res.estimators[0]
+    assert res.n_members == 1 and res.params == [p]
+    assert member.get_params() == single.get_params()
+    pred = member.predict(X)
+    assert pred.dtype == np.float64
+    np.testing.assert_array_equal(pred, single.predict(X))
+    for (n, a), b in zip(member.net_.module_.state_dict().items(),
+                         single.net_.module_.state_dict().values()):
+        assert torch.equal(a, b), n
+    h_m, h_s = member.net_.history, single.net_.history
+    assert len(h_m) == len(h_s) == member.n_epochs_ == single.n_epochs_
+    assert [sorted(r) for r in h_m] == [sorted(r) for r in h_s]
+    for key in ("train_loss", "train_loss_best", "train_max_error"):
+        assert h_m[:, key] == h_s[:, key]
+    assert member.train_max_error_ == single.train_max_error_
+    assert member.init_errors_ == single.init_errors_
+    assert member.solved_ == single.solved_
+
+
 def test_stopped_member_is_frozen(data):
     X, y = data
     est = KernelAttentionRegressor(rank=6, dtype="float64", max_epochs=150)
@@ -289,6 +316,24 @@ def test_bad_input(est, kwargs, match, data):
     X, y = data
     with pytest.raises(ValueError, match=match):
         fit_ensemble(est, X, y, **kwargs)
+
+
+def test_params_replace_ranks_and_seeds(data):
+    X, y = data
+    est = KernelAttentionRegressor(dtype="float64", max_epochs=20)
+    members = [{"rank": 4, "random_state": 1}, {"rank": 2, "random_state": 1}]
+    res = fit_ensemble(est, X, y, params=members, seeds=[7, 8])
+    assert res.params == members and res.n_members == 2
+    assert [e.rank for e in res.estimators] == [4, 2]
+    assert [e.random_state for e in res.estimators] == [1, 1]
+    with pytest.raises(ValueError, match="either params or ranks"):
+        fit_ensemble(est, X, y, params=members, ranks=[2])
+    with pytest.raises(ValueError, match="differ only in rank and random_state"):
+        fit_ensemble(est, X, y, params=[{"lr": 0.1}])
+    with pytest.raises(ValueError, match="non-empty"):
+        fit_ensemble(est, X, y, params=[])
+    with pytest.raises(ValueError, match="has no rank"):
+        fit_ensemble(SoftmaxAttentionRegressor(), X, y, params=[{"rank": 2}])
 
 
 def test_bad_data(data):

@@ -2,6 +2,7 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from sklearn.base import clone
 from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
@@ -86,7 +87,7 @@ def test_pickle_roundtrip(cls, small):
 
 
 def test_r1_rank_one_kernel_head_learns_length_two_exactly():
-    """THEORY R1: rank 1 suffices for seq_len <= 2; a trained rank-1 head gets there."""
+    """Rank 1 suffices for seq_len <= 2 (theory R1); a trained rank-1 head gets there."""
     X, y = make_minip(200, seq_len=2, n_bits=8, random_state=0)
     X_test, y_test = make_minip(500, seq_len=2, n_bits=8, random_state=1)
     est = KernelAttentionRegressor(rank=1, stop_tolerance=0.1, random_state=0).fit(X, y)
@@ -106,10 +107,10 @@ def test_softmax_generalises_on_hard_length_three(seed):
 
 
 def test_softmax_generalises_on_hard_length_three_at_m24():
-    """Issue 6: softmax solves held-out hard random m = 24 Min-IP with its defaults.
+    """Softmax solves held-out hard random m = 24 Min-IP with its defaults.
 
-    Seed 0 is the one that missed 0.9 % of the held-out sequences with the former
-    default ``lr=0.03`` (``benchmarks/solve_rates.py softmax`` runs 10 seeds: all exact).
+    Seed 0 misses 0.9 % of the held-out sequences at ``lr=0.03``
+    (``benchmarks/solve_rates.py softmax`` runs 10 seeds at the default: all exact).
     """
     X, y = make_minip(2000, seq_len=3, n_bits=24, min_gap=2, random_state=10)
     X_test, y_test = make_minip(1000, seq_len=3, n_bits=24, min_gap=2, random_state=99)
@@ -149,6 +150,58 @@ def test_every_feature_map_fits(fm, small):
     X, y = small
     est = KernelAttentionRegressor(rank=3, feature_map=fm, **FAST).fit(X, y)
     assert np.isfinite(est.predict(X)).all()
+
+
+def test_history_columns_and_user_callbacks(small):
+    from skorch.callbacks import Callback
+
+    class Count(Callback):
+        def initialize(self):
+            self.epochs = 0
+            return self
+
+        def on_epoch_end(self, net, **kwargs):
+            self.epochs += 1
+            net.history.record("counted", self.epochs)
+
+    X, y = small
+    count = Count()
+    est = KernelAttentionRegressor(rank=3, callbacks=[count], **FAST).fit(X, y)
+    assert count.epochs == est.n_epochs_ == len(est.net_.history)
+    assert set(est.net_.history[-1]) == {
+        "batches", "epoch", "train_batch_count", "dur", "train_loss", "train_loss_best",
+        "train_max_error", "counted"}
+    assert set(est.net_.history[-1]["batches"][0]) == {"train_loss", "train_batch_size"}
+    assert type(est.net_.module_).__name__ == "KernelAttentionHead"
+    none = KernelAttentionRegressor(rank=3, stop_tolerance=None, **FAST).fit(X, y)
+    assert "train_max_error" not in none.net_.history[-1]
+
+
+@pytest.mark.parametrize("cls, module", [(KernelAttentionRegressor, "kernel"),
+                                         (SoftmaxAttentionRegressor, "softmax")])
+def test_from_module_wraps_hand_set_weights(cls, module, small):
+    from minip_learn.nn import KernelAttentionHead, SoftmaxAttentionHead
+
+    X, y = small
+    head = KernelAttentionHead(6, 3) if module == "kernel" else SoftmaxAttentionHead(6)
+    est = cls.from_module(head, **({"rank": 3} if module == "kernel" else {}))
+    assert est.net_.module_ is head and est.n_bits_ == 6 and est.n_epochs_ == 0
+    with torch.no_grad():
+        expected = head.to(torch.float64)(torch.as_tensor(X, dtype=torch.float64))
+    np.testing.assert_allclose(est.predict(X), expected.numpy(), rtol=1e-12)
+    with pytest.raises(ValueError, match="lr must be >"):
+        cls.from_module(head, lr=0)
+
+
+def test_fit_members_is_public_and_validates(small):
+    X, y = small
+    est = KernelAttentionRegressor(max_epochs=5)
+    res = est.fit_members(X, y, [{"rank": 2, "random_state": 0}, {"rank": 3}])
+    assert [e.rank for e in res.estimators] == [2, 3] and not hasattr(est, "net_")
+    with pytest.raises(ValueError, match="rank must be >= 1"):
+        est.fit_members(X, y, [{"rank": 0}])
+    with pytest.raises(ValueError, match="differ only"):
+        est.fit_members(X, y, [{"lr": 0.1}])
 
 
 def test_float64_mode(small):

@@ -1,4 +1,4 @@
-"""Persistence (issue 7, item 2): pickle/joblib round trips, GPU -> CPU loading, and
+"""Persistence: pickle/joblib round trips, GPU -> CPU loading, and
 what skorch's save_params/load_params keep."""
 
 import pickle

@@ -1,4 +1,4 @@
-"""Feature splitting of table heads (the cure of the assignment trap, issue 6)."""
+"""Feature splitting of table heads (the cure of the assignment trap)."""
 
 import itertools
 
@@ -195,7 +195,7 @@ def test_ensemble_splits_as_separate_fits_do(hadamard12):
 
 
 def test_r6_suite_solves_at_its_constructive_rank():
-    """Issue 6 / THEORY R6: the m = 24 suite (46 tokens) is solved at rank 46."""
+    """The m = 24 witness suite (46 tokens) is solved at its constructive rank 46."""
     suite = make_witness_suite(n_bits=24, seq_len=3)
     assert suite.constructive_rank == 46 and suite.certified_min_rank == 17
     est = KernelAttentionRegressor(rank=46, feature_map="table", stop_tolerance=0.5,
@@ -204,14 +204,18 @@ def test_r6_suite_solves_at_its_constructive_rank():
     assert est.score(suite.X, suite.y) == 1.0
 
 
-def test_ensemble_returns_freed_memory_periodically(hadamard12, monkeypatch):
-    from minip_learn.model_selection import _ensemble
+@pytest.mark.parametrize("ensemble", [True, False])
+def test_training_returns_freed_memory_periodically(hadamard12, monkeypatch, ensemble):
+    from minip_learn.training import TRIM_EVERY, _callbacks
 
-    real = _ensemble._malloc_trim()
+    real = _callbacks._malloc_trim()
     assert real is None or callable(real)  # glibc: malloc_trim; elsewhere nothing
     calls = []
-    monkeypatch.setattr(_ensemble, "_malloc_trim", lambda: (lambda: calls.append(1)))
+    monkeypatch.setattr(_callbacks, "_malloc_trim", lambda: (lambda: calls.append(1)))
     est = KernelAttentionRegressor(rank=4, feature_map="table", max_epochs=120,
-                                   stop_tolerance=None)
-    fit_ensemble(est, hadamard12.X, hadamard12.y, seeds=[0, 1])
-    assert len(calls) == 120 // _ensemble.TRIM_EVERY
+                                   stop_tolerance=None, random_state=0)
+    if ensemble:
+        fit_ensemble(est, hadamard12.X, hadamard12.y, seeds=[0, 1])
+    else:
+        est.fit(hadamard12.X, hadamard12.y)
+    assert len(calls) == 120 // TRIM_EVERY

@@ -149,7 +149,8 @@ device, random_state, verbose
         -------
         y_pred : ndarray of shape (n_samples, seq_len), or (n_samples,) for 2-D X
         """
-        return self.classes_[self._raw_predict(X).argmax(-1)]
+        logits = self._raw_predict(X)
+        return self.classes_[logits.argmax(-1)]
 
     def score(self, X, y, sample_weight=None):
         """Sequence exact-match accuracy: the fraction of sequences with every position

@@ -24,7 +24,7 @@ from ._callbacks import (
     member_max_errors,
 )
 from ._members import build_net, train_members
-from ._net import BatchIterator, MemberLoss, MinIPNet
+from ._net import BatchIterator, MemberLoss, MinIPNet, TrainLoss
 
 __all__ = [
     "TRIM_EVERY",
@@ -35,6 +35,7 @@ __all__ = [
     "ProgressBar",
     "SplitSharedFeatures",
     "StopWhenSolved",
+    "TrainLoss",
     "TrimMemory",
     "absolute_error",
     "build_net",

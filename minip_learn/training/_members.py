@@ -87,7 +87,7 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
     first = nets[0]
     ens = HeadEnsemble([net.module_ for net in nets])
     E = ens.n_members
-    extra = [("member_log", MemberLog())]
+    extra = [("member_log", MemberLog())] if E > 1 else []
     stopper = None
     if stop_tolerance is not None:
         stopper = StopWhenSolved(stop_tolerance, error)
@@ -153,7 +153,7 @@ def _member_rows(rows, i, E, n_epochs):
             sizes = [b["train_batch_size"] for b in batches]
             loss = float(np.average([m[i] for m in member_loss], weights=sizes))
             row["train_loss"] = loss
-            row["train_loss_best"] = bool(loss <= best)
+            row["train_loss_best"] = bool(loss < best)
             best = min(best, loss)
             row["dur"] = row["dur"] / E
         errors = row.pop("member_max_error", None)

@@ -6,11 +6,12 @@ a full-batch fit of these tiny heads many times slower than a plain torch loop. 
 training device.
 """
 
+import numpy as np
 import torch
 from skorch import NeuralNet
-from skorch.callbacks import EpochTimer, PassthroughScoring
+from skorch.callbacks import Callback, EpochTimer
 
-__all__ = ["BatchIterator", "MemberLoss", "MinIPNet"]
+__all__ = ["BatchIterator", "MemberLoss", "MinIPNet", "TrainLoss"]
 
 
 class BatchIterator:
@@ -82,10 +83,7 @@ class MinIPNet(NeuralNet):
 
     @property
     def _default_callbacks(self):
-        return [
-            ("epoch_timer", EpochTimer()),
-            ("train_loss", PassthroughScoring(name="train_loss", on_train=True)),
-        ]
+        return [("epoch_timer", EpochTimer()), ("train_loss", TrainLoss())]
 
     def initialize_module(self):
         super().initialize_module()
@@ -105,6 +103,31 @@ class MinIPNet(NeuralNet):
         state = super().__getstate__()
         state.pop("_shuffle_generator", None)
         return state
+
+
+class TrainLoss(Callback):
+    """Record the epoch's training loss ``train_loss`` and ``train_loss_best``.
+
+    The values of skorch's ``PassthroughScoring(name="train_loss", on_train=True)``
+    (the batch losses averaged with the batch sizes as weights), read from the
+    epoch's batches directly.
+    """
+
+    def initialize(self):
+        self.best_score_ = np.inf
+        return self
+
+    def on_epoch_end(self, net, **kwargs):
+        batches = net.history[-1]["batches"]
+        if not batches or "train_loss" not in batches[0]:
+            return
+        loss = np.average([b["train_loss"] for b in batches],
+                          weights=[b["train_batch_size"] for b in batches])
+        is_best = loss < self.best_score_
+        if is_best:
+            self.best_score_ = loss
+        net.history.record("train_loss", loss)
+        net.history.record("train_loss_best", bool(is_best))
 
 
 class MemberLoss(torch.nn.Module):
