@@ -1,8 +1,10 @@
 """minip_learn: the expressivity gap between kernel (linear) and softmax attention.
 
 Layers, from the bottom: :mod:`minip_learn.datasets` (numpy), :mod:`minip_learn.nn`
-(torch modules), :mod:`minip_learn.estimators` (thin skorch/scikit-learn wrappers),
-:mod:`minip_learn.metrics`, :mod:`minip_learn.model_selection`.
+(torch modules), :mod:`minip_learn.training` (the skorch training pipeline of member
+stacks), :mod:`minip_learn.estimators` (scikit-learn estimators),
+:mod:`minip_learn.model_selection` (ensembles, sweeps, splitters), with
+:mod:`minip_learn.metrics` beside them.
 """
 
 from .estimators import (

@@ -297,7 +297,7 @@ def check_minip_targets(X, y, *, name="y"):
 
     The estimators are general regressors over real token vectors and accept any finite
     real targets; this stricter check is what ``fit(..., check_minip=True)`` adds for
-    data that is meant to be a Min-IP family (THEORY §1: ``t_i = min_j <x_i, x_j>``,
+    data that is meant to be a Min-IP family (see :doc:`/theory`: ``t_i = min_j <x_i, x_j>``,
     an integer in ``0..n_bits``).
 
     Parameters

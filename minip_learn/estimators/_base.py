@@ -430,8 +430,32 @@ class _AttentionEstimator(BaseEstimator):
         return tags
 
 
-class _AttentionRegressorMixin(RegressorMixin):
-    """Real outputs per token and the sequence exact-match score."""
+class _ExactMatchScore:
+    """The sequence exact-match ``score`` of every estimator of this library."""
+
+    def score(self, X, y, sample_weight=None):
+        """Sequence exact-match accuracy: the fraction of sequences whose every
+        position is predicted correctly (within 1/2 of its target for a regressor, its
+        class for a classifier); for 2-D ``X`` the fraction of tokens.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+        sample_weight : None
+            Not supported; must be None.
+
+        Returns
+        -------
+        score : float
+        """
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by the exact-match score.")
+        return self._exact_match(X, y, self.predict(X))
+
+
+class _AttentionRegressorMixin(_ExactMatchScore, RegressorMixin):
+    """Real outputs per token, exact when within 1/2 of the target."""
 
     def predict(self, X):
         """Real-valued outputs ``p_i`` for every token.
@@ -447,24 +471,7 @@ class _AttentionRegressorMixin(RegressorMixin):
         """
         return self._raw_predict(X)
 
-    def score(self, X, y, sample_weight=None):
-        """Sequence exact-match accuracy: the fraction of sequences with every position
-        within 1/2 of its target.
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
-        y : array-like of shape (n_samples, seq_len) or (n_samples,)
-        sample_weight : None
-            Not supported; must be None.
-
-        Returns
-        -------
-        score : float
-        """
-        if sample_weight is not None:
-            raise ValueError("sample_weight is not supported by the exact-match score.")
-        y_pred = self.predict(X)
+    def _exact_match(self, X, y, y_pred):
         X3, was_2d = check_sequences(X, allow_2d=True)
         y2 = check_targets(y, X3.shape[0], X3.shape[1], was_2d=was_2d)
         return sequence_exact_match(y2, y_pred.reshape(y2.shape))

@@ -7,6 +7,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 
 from .._validation import check_minip_targets, check_targets, ravel_column_vector
+from ._base import _ExactMatchScore
 from .kernel import _KernelAttention
 
 __all__ = ["KernelAttentionClassifier"]
@@ -27,7 +28,7 @@ def _class_distance(logits, target):
     return (logits.argmax(-1).to(target.dtype) - target).abs()
 
 
-class KernelAttentionClassifier(ClassifierMixin, _KernelAttention):
+class KernelAttentionClassifier(_ExactMatchScore, ClassifierMixin, _KernelAttention):
     """Kernel attention with class logits and an argmax readout -- **outside the theorem**.
 
     The same model as :class:`KernelAttentionRegressor` (same hyperparameters:
@@ -36,8 +37,8 @@ class KernelAttentionClassifier(ClassifierMixin, _KernelAttention):
     readout per class for ``readout="affine"``, an MLP otherwise), training minimises
     the cross-entropy, and ``predict`` returns the argmax class. The argmax of several
     affine readouts is not an affine readout, so the certified bound does not cover
-    this model (``theorem_applies_`` is always False; see :ref:`theory-r7`): it is a labelled variant for measuring
-    whether the certified bound also binds classifiers.
+    this model (``theorem_applies_`` is always False; see :ref:`theory-r7`): it is a
+    labelled variant for measuring whether the certified bound also binds classifiers.
 
     Classes: when every label is an integer in ``0..n_bits`` (Min-IP targets) the
     classes are all of ``0..n_bits`` (``n_bits + 1`` logits, whether or not a value
@@ -152,24 +153,7 @@ device, random_state, verbose
         logits = self._raw_predict(X)
         return self.classes_[logits.argmax(-1)]
 
-    def score(self, X, y, sample_weight=None):
-        """Sequence exact-match accuracy: the fraction of sequences with every position
-        classified correctly (plain accuracy for 2-D ``X``).
-
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
-        y : array-like of shape (n_samples, seq_len) or (n_samples,)
-        sample_weight : None
-            Not supported; must be None.
-
-        Returns
-        -------
-        score : float
-        """
-        if sample_weight is not None:
-            raise ValueError("sample_weight is not supported by the exact-match score.")
-        y_pred = self.predict(X)
+    def _exact_match(self, X, y, y_pred):
         labels = np.asarray(y)
         if labels.size != y_pred.size:
             raise ValueError(

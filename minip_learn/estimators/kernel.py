@@ -192,7 +192,8 @@ class KernelAttentionRegressor(_AttentionRegressorMixin, _KernelAttention):
         ``favor+`` ...).
     n_heads : int, default=1
         Kernel heads per layer, each of rank ``rank``. Values above 1 are **outside
-        the theorem** (see :ref:`theory-r7`): see :class:`~minip_learn.nn.KernelAttentionModel`.
+        the theorem** (see :ref:`theory-r7` and
+        :class:`~minip_learn.nn.KernelAttentionModel`).
     n_layers : int, default=1
         Layers of heads with a residual token stream; above 1 is **outside the
         theorem**.
@@ -256,11 +257,12 @@ class KernelAttentionRegressor(_AttentionRegressorMixin, _KernelAttention):
     vocabulary_ : ndarray of shape (n_tokens, n_bits)
         Distinct training tokens (``feature_map="table"`` only).
     theorem_applies_ : bool
-        Whether the certified lower bound (see :ref:`theory-r4` and :ref:`theory-r5`) covers the fitted model: one
-        head, one layer, affine readout and a nonnegative kernel. Signed feature maps
-        (``identity``, ``rff``), ``n_heads > 1``, ``n_layers > 1`` and
-        ``readout="mlp"`` are variants outside the theorem (see :ref:`theory-r7`). With the defaults the
-        module is a :class:`~minip_learn.nn.KernelAttentionHead`; otherwise a
+        Whether the certified lower bound (see :ref:`theory-r4` and :ref:`theory-r5`)
+        covers the fitted model: one head, one layer, affine readout and a nonnegative
+        kernel. Signed feature maps (``identity``, ``rff``), ``n_heads > 1``,
+        ``n_layers > 1`` and ``readout="mlp"`` are variants outside the theorem (see
+        :ref:`theory-r7`). With the defaults the module is a
+        :class:`~minip_learn.nn.KernelAttentionHead`; otherwise a
         :class:`~minip_learn.nn.KernelAttentionModel`.
 
     Examples

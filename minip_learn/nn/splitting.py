@@ -2,10 +2,10 @@
 
 Gradient training of a kernel head with a free feature table (the ``table`` map) at
 rank ``r`` close to the number of query tokens tends to get stuck in an *assignment
-trap*: the solution of THEORY R3 gives every query token its own dominant feature,
-but from a random start two queries often settle on the same feature while another
-feature is used by no query. Nothing in the gradient moves them apart (on the m = 24
-witness suite of THEORY R6 every seed stalls at a max error of about 2.86 at the
+trap*: the construction of :ref:`theory-r3` gives every query token its own dominant
+feature, but from a random start two queries often settle on the same feature while
+another feature is used by no query. Nothing in the gradient moves them apart (on the m = 24
+witness suite of :ref:`theory-r6` every seed stalls at a max error of about 2.86 at the
 constructive rank 46, with 41-43 of the 46 features in use).
 
 :func:`split_shared_features` is the cure that k-means uses for empty clusters, done
@@ -22,8 +22,9 @@ value with its partner key ``k(x)``, the token of smallest overlap ``<x, z>`` am
 tokens it shares a training sequence with (for Min-IP, the key it must attend to):
 ``argmax_f lq[x, f] + lk[k(x), f]`` in log-features.
 
-Plain torch; the estimators run it through a skorch callback (``split_every``) and
-:func:`~minip_learn.model_selection.fit_ensemble` on the stacked tables of its members.
+Plain torch; the training pipeline runs it through the callback
+:class:`~minip_learn.training.SplitSharedFeatures` (the estimators' ``split_every``) on
+the stacked tables of the members it trains.
 """
 
 import torch

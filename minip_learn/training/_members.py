@@ -250,11 +250,11 @@ def train_members(module, members, X, y, *, criterion=torch.nn.MSELoss,
     ...         for a in make_minip(32, seq_len=2, n_bits=6, random_state=0))
     >>> res = train_members(KernelAttentionHead, [(dict(n_bits=6, rank=r), 0)
     ...                                           for r in (1, 3)],
-    ...                     X, y, lr=0.03, max_epochs=300, stop_tolerance=0.25)
-    >>> [m.train_max_error < 0.25 for m in res.members]
-    [True, True]
-    >>> type(res.members[1].net.module_).__name__, res.members[1].net.module_.rank
-    ('KernelAttentionHead', 3)
+    ...                     X, y, lr=0.03, max_epochs=50)
+    >>> res.n_members, [type(m.net.module_).__name__ for m in res.members]
+    (2, ['KernelAttentionHead', 'KernelAttentionHead'])
+    >>> [m.net.module_.rank for m in res.members], [len(m.net.history) for m in res.members]
+    ([1, 3], [50, 50])
     """
     n = int(X.shape[0])
     seeds = []
