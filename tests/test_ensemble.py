@@ -336,6 +336,24 @@ def test_params_replace_ranks_and_seeds(data):
         fit_ensemble(SoftmaxAttentionRegressor(), X, y, params=[{"rank": 2}])
 
 
+def test_model_selection_uses_only_public_attributes():
+    # sweeps and ensembles use the estimators through their public API only
+    import ast
+    from pathlib import Path
+
+    import minip_learn.model_selection as ms
+
+    private = []
+    for path in sorted(Path(ms.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                    and not (isinstance(node.value, ast.Name)
+                             and node.value.id in ("self", "cls"))):
+                private.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert not private, private
+
+
 def test_bad_data(data):
     X, y = data
     with pytest.raises(ValueError, match="y is None"):

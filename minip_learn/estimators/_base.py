@@ -5,8 +5,8 @@ prediction, persistence.
 ``score_dim=`` ...). ``fit`` checks them once against the class's
 ``_parameter_constraints`` table, validates the data, and trains the torch head of
 :mod:`minip_learn.nn` through :func:`minip_learn.training.train_members` as a stack of
-one member (restarts one after the other); :meth:`~_AttentionEstimator.fit_members`
-trains many members at once through the same function. The fitted skorch net is
+one member (restarts one after the other); ``fit_members`` trains many members at
+once through the same function. The fitted skorch net is
 ``net_`` (history, ``module_``, ``save_params``...).
 """
 
