@@ -135,7 +135,7 @@ class StopWhenSolved(Callback):
         with torch.no_grad():
             net.module_.eval()
             out = net.infer(dataset_train.X)
-            err = member_max_errors(self.error, out, dataset_train.y).cpu()
+            err = member_max_errors(self.error, out, dataset_train.y).cpu().double()
         stop = cand & (err < self.tolerance)
         if not bool(stop.any()):
             return
