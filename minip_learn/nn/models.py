@@ -21,6 +21,7 @@ a single layer, an affine scalar readout and a nonnegative kernel. With
 import torch
 from torch import nn
 
+from .attention import affine_readout
 from .feature_maps import get_feature_map
 from .heads import AffineReadout, KernelAttentionHead
 
@@ -87,7 +88,7 @@ class _AffineClassReadout(nn.Module):
 
     def forward(self, x, u):
         w = self.weight(x).unflatten(-1, (self.n_outputs, self.value_dim))
-        return (w * u.unsqueeze(-2)).sum(-1) + self.bias(x)
+        return affine_readout(w, self.bias(x), u.unsqueeze(-2))
 
 
 class KernelAttentionModel(nn.Module):
@@ -228,6 +229,10 @@ feature_kwargs, denominator_eps
     def forward(self, x):
         t = x
         for index, layer in enumerate(self.layers):
+            if index == self.n_layers - 1 and len(layer) == 1 and isinstance(
+                    self.readout, AffineReadout):
+                # one head read out affinely: the head's own output arithmetic
+                return layer[0].output(t, self.readout)
             u = torch.cat([head.attend(t) for head in layer], dim=-1)
             if index < self.n_layers - 1:
                 t = t + self.mixers[index](u)
