@@ -39,6 +39,7 @@ __all__ = [
     "guard_denominator",
     "head_output",
     "is_short",
+    "kernel_from_log",
     "kernel_readout",
     "kernel_values",
     "log_kernel",
@@ -107,6 +108,12 @@ def log_kernel(lq, lk, mask=None):
     return torch.logsumexp(s, -1)
 
 
+def kernel_from_log(la):
+    """``exp(la - max_k la)`` per row: a log-kernel ``(..., n_q, n_k)`` exponentiated
+    after the shift of each query row by its maximum (one positive constant per row)."""
+    return torch.exp(la - la.amax(-1, keepdim=True).detach())
+
+
 def explicit_kernel(fq, fk, *, log_domain, mask=None):
     """Kernel matrix ``alpha(q_a, k_b)`` between two token sets, up to a positive scale
     per query row (which the normalisation divides out).
@@ -128,8 +135,7 @@ def explicit_kernel(fq, fk, *, log_domain, mask=None):
     Tensor of shape (..., n_q, n_k)
     """
     if log_domain:
-        la = log_kernel(fq, fk, mask)
-        return torch.exp(la - la.amax(-1, keepdim=True).detach())
+        return kernel_from_log(log_kernel(fq, fk, mask))
     if mask is not None:
         fq = fq * mask
     return pairwise_dots(fq, fk)
@@ -188,19 +194,29 @@ class _PairDots(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, a, c):
+    def forward(a, c):
         at, ct = _feature_first(a), _feature_first(c)
         na, nc = at.shape[1], ct.shape[1]
         out = at.new_empty((na, nc) + tuple(at.shape[2:]))
         for i in range(na):
             for j in range(nc):
                 torch.sum(at[:, i] * ct[:, j], 0, out=out[i, j])
-        ctx.save_for_backward(at, ct)
         return _token_last(out, 2)
 
     @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def vmap(info, in_dims, a, c):
+        # the member (vmapped) dimension is one more leading dimension
+        a, c = (t.movedim(d, 0) if d is not None else t.expand(info.batch_size, *t.shape)
+                for t, d in zip((a, c), in_dims))
+        return _PairDots.apply(a, c), 0
+
+    @staticmethod
     def backward(ctx, grad):
-        at, ct = ctx.saved_tensors
+        at, ct = (_feature_first(t) for t in ctx.saved_tensors)
         g = grad.movedim((-2, -1), (0, 1))  # (N_a, N_c, *lead)
         da, dc = torch.empty_like(at), torch.empty_like(ct)
         for i in range(at.shape[1]):
