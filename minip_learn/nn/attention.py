@@ -78,13 +78,18 @@ def attention_features(fq, fk, *, log_domain, mask=None):
     """
     if not log_domain:
         return (fq, fk) if mask is None else (fq * mask, fk * mask)
-    M = fk.amax(-2, keepdim=True).detach()
-    a = fq + M
+    # computed on (r, N, ...) views: the reductions keep the inputs' memory layout
+    lq, lk = _front(fq), _front(fk)
+    M = lk.amax(1, keepdim=True).detach()
+    a = lq + M
     if mask is not None:
+        mask = _front(mask.reshape((1,) * (fq.ndim - mask.ndim) + tuple(mask.shape)))
         a = a + torch.log(mask)
-    phi_q = torch.exp(a - a.amax(-1, keepdim=True).detach())
-    phi_k = torch.exp(fk - M)
-    return phi_q, (phi_k if mask is None else phi_k * mask)
+    phi_q = torch.exp(a - a.amax(0, keepdim=True).detach())
+    phi_k = torch.exp(lk - M)
+    if mask is not None:
+        phi_k = phi_k * mask
+    return _back(phi_q), _back(phi_k)
 
 
 def log_kernel(lq, lk, mask=None):
@@ -111,7 +116,8 @@ def log_kernel(lq, lk, mask=None):
 def kernel_from_log(la):
     """``exp(la - max_k la)`` per row: a log-kernel ``(..., n_q, n_k)`` exponentiated
     after the shift of each query row by its maximum (one positive constant per row)."""
-    return torch.exp(la - la.amax(-1, keepdim=True).detach())
+    la = _front(la)  # (n_k, n_q, ...)
+    return _back(torch.exp(la - la.amax(0, keepdim=True).detach()))
 
 
 def explicit_kernel(fq, fk, *, log_domain, mask=None):
@@ -187,21 +193,20 @@ def is_short(seq_len, rank, value_dim):
 class _PairDots(torch.autograd.Function):
     """``out[..., i, j] = <a[..., i, :], c[..., j, :]>`` for a few tokens.
 
-    Works in the feature-first layout ``(r, N, *lead)`` (a view of the inputs: no copy
-    when their memory is already in that order) so that every product runs over long
-    contiguous rows of the leading dimensions; the backward accumulates pair by pair
-    in place.
+    Works on the (feature, token, ...) views of :func:`_front` so that every product
+    runs over long contiguous rows of the leading dimensions; the backward accumulates
+    pair by pair in place.
     """
 
     @staticmethod
     def forward(a, c):
-        at, ct = _feature_first(a), _feature_first(c)
+        at, ct = _front(a), _front(c)
         na, nc = at.shape[1], ct.shape[1]
-        out = at.new_empty((na, nc) + tuple(at.shape[2:]))
+        out = at.new_empty((nc, na) + tuple(at.shape[2:]))
         for i in range(na):
             for j in range(nc):
-                torch.sum(at[:, i] * ct[:, j], 0, out=out[i, j])
-        return _token_last(out, 2)
+                torch.sum(at[:, i] * ct[:, j], 0, out=out[j, i])
+        return _back(out)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
@@ -216,12 +221,12 @@ class _PairDots(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        at, ct = (_feature_first(t) for t in ctx.saved_tensors)
-        g = grad.movedim((-2, -1), (0, 1))  # (N_a, N_c, *lead)
+        at, ct = (_front(t) for t in ctx.saved_tensors)
+        g = _front(grad)  # (N_c, N_a, ...)
         da, dc = torch.empty_like(at), torch.empty_like(ct)
         for i in range(at.shape[1]):
             for j in range(ct.shape[1]):
-                gij = g[i, j]
+                gij = g[j, i]
                 if j == 0:  # the first term of each sum written, the others accumulated
                     torch.mul(ct[:, j], gij, out=da[:, i])
                 else:
@@ -230,20 +235,23 @@ class _PairDots(torch.autograd.Function):
                     torch.mul(at[:, i], gij, out=dc[:, j])
                 else:
                     dc[:, j].addcmul_(at[:, i], gij)
-        return _token_last(da, 1), _token_last(dc, 1)
+        return _back(da), _back(dc)
 
 
-def _feature_first(t):
-    # (..., N, r) -> (r, N, ...): a view; copied only if the leading rows are strided
-    out = t.movedim((-1, -2), (0, 1))
-    if t.ndim > 2 and out.stride(-1) != 1:
-        out = out.contiguous()
-    return out
+def _front(t):
+    """View of ``t`` (..., A, B) as (B, A, ...).
+
+    The arithmetic reduces over these first dimensions, so that its outputs keep the
+    memory layout of its inputs: in the fused forward of
+    :class:`~minip_learn.nn.HeadEnsemble` (maps stored feature-first) every product
+    and sum then runs over contiguous rows of members x sequences.
+    """
+    return t.movedim((-1, -2), (0, 1))
 
 
-def _token_last(t, k):
-    # inverse of _feature_first for k = 1 (features first), (N, N, ...) -> (..., N, N) for k = 2
-    return t.movedim((0, 1), (-1, -2)) if k == 1 else t.movedim((0, 1), (-2, -1))
+def _back(t):
+    """Inverse of :func:`_front`."""
+    return t.movedim((0, 1), (-1, -2))
 
 
 def pairwise_dots(a, c):
@@ -285,12 +293,13 @@ def kernel_values(alpha, v, *, nonnegative, eps=1e-3):
     -------
     Tensor of shape (..., N_q, d)
     """
-    if alpha.shape[-1] <= _LOOP_TOKENS:  # tiny matrix products are slow on CPU
-        num = (alpha.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2)
-    else:
-        num = alpha @ v
-    den = alpha.sum(-1, keepdim=True)
-    return num / guard_denominator(den, nonnegative=nonnegative, eps=eps)
+    den = guard_denominator(alpha.sum(-1, keepdim=True), nonnegative=nonnegative, eps=eps)
+    if alpha.shape[-1] > _LOOP_TOKENS:
+        return (alpha @ v) / den
+    # tiny matrix products are slow on CPU: sum over keys on (N_k, N_q, d, ...) views
+    a, vv = _front(alpha), _front(v)  # (N_k, N_q, ...), (d, N_k, ...)
+    num = (a.unsqueeze(2) * vv.transpose(0, 1).unsqueeze(1)).sum(0)  # (N_q, d, ...)
+    return num.movedim((0, 1), (-2, -1)) / den
 
 
 def kernel_readout(alpha, g, b, *, nonnegative, eps=1e-3):
@@ -313,8 +322,9 @@ def kernel_readout(alpha, g, b, *, nonnegative, eps=1e-3):
     -------
     Tensor of shape (..., N)
     """
-    den = guard_denominator(alpha.sum(-1), nonnegative=nonnegative, eps=eps)
-    return (alpha * g).sum(-1) / den + b
+    a, g = _front(alpha), _front(g)  # (N_k, N_q, ...): sums over keys keep the layout
+    den = guard_denominator(a.sum(0), nonnegative=nonnegative, eps=eps)
+    return ((a * g).sum(0) / den).movedim(0, -1) + b
 
 
 def sketch(phi_k, v):
