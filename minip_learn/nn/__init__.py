@@ -1,4 +1,7 @@
-"""Torch modules: feature maps (one registry) and attention heads. No scikit-learn here."""
+"""Torch modules: feature maps (one registry), the attention arithmetic
+(:mod:`minip_learn.nn.attention`) and attention heads. No scikit-learn here."""
+
+from . import attention
 
 from .feature_maps import (
     FeatureMap,
@@ -26,6 +29,7 @@ __all__ = [
     "MLPReadout",
     "SoftmaxAttentionHead",
     "ValueMap",
+    "attention",
     "available_feature_maps",
     "get_feature_map",
     "make_feature_map",

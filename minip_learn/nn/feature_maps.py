@@ -515,10 +515,13 @@ class RandomFourierFeatures(FeatureMap):
         self.bandwidth = float(bandwidth)
         self.register_buffer("directions", torch.randn(rank, self.proj_dim) / self.bandwidth)
         self.register_buffer("phases", 2 * math.pi * torch.rand(rank))
+        # a buffer, not a constant of the class: a member of a HeadEnsemble padded to a
+        # larger rank keeps the scale of its own rank
+        self.register_buffer("scale", torch.tensor(math.sqrt(2.0 / rank)), persistent=False)
 
     @property
     def pre_dim(self):
         return self.proj_dim
 
     def activation(self, z):
-        return math.sqrt(2.0 / self.rank) * torch.cos(z @ self.directions.T + self.phases)
+        return self.scale * torch.cos(z @ self.directions.T + self.phases)
