@@ -24,7 +24,7 @@ def _kwargs(name):
 def test_registry_lists_required_maps():
     assert set(available_feature_maps()) >= {
         "elu+1", "relu", "softplus", "exp", "squared_relu", "favor+", "table"}
-    # the signed maps of issue 8 (outside the theorem, THEORY R7) are flagged as such
+    # the signed maps (outside the theorem, see docs/theory.rst, theory-r7) are flagged as such
     signed = {"identity", "rff", "taylor"}
     assert set(available_feature_maps(nonnegative=False)) == signed
     assert set(available_feature_maps(nonnegative=True)) == set(available_feature_maps()) - signed

@@ -136,7 +136,8 @@ def test_declarations_are_read_from_the_map_class():
     assert get_feature_map("elu+1")(5, 3, depth=1).fused_form is None
     assert get_feature_map("favor+")(5, 3).fused_form is None
     assert get_feature_map("table").fused == "table"
-    assert get_feature_map("taylor").kernel_nonnegative and not get_feature_map("taylor").nonnegative
+    taylor = get_feature_map("taylor")
+    assert taylor.kernel_nonnegative and not taylor.nonnegative
     assert not get_feature_map("identity").kernel_nonnegative
     assert all(get_feature_map(n).kernel_nonnegative
                for n in available_feature_maps(nonnegative=True))

@@ -143,8 +143,9 @@ class HeadEnsemble(nn.Module):
     >>> bool(torch.allclose(out[0], heads[0](x), atol=1e-6))
     True
     >>> mlp = [KernelAttentionHead(6, 4, feature_depth=1) for _ in range(2)]
-    >>> HeadEnsemble(mlp).path_reason
-    "query_features 'elu+1' has an MLP encoder (feature_depth > 0); the fused form needs a single linear layer"
+    >>> print(HeadEnsemble(mlp).path_reason)  # doctest: +NORMALIZE_WHITESPACE
+    query_features 'elu+1' has an MLP encoder (feature_depth > 0); the fused form
+    needs a single linear layer
     """
 
     def __init__(self, heads, template=None):

@@ -4,7 +4,7 @@ Every map is a small :class:`torch.nn.Module` made of an *encoder* (a learnable 
 projection, or a small MLP, of the token bits) followed by a fixed activation. All maps
 registered with ``nonnegative=True`` produce features ``>= 0`` by construction, so the
 kernel ``alpha(x, z) = <phi_Q(x), phi_K(z)>`` is nonnegative for every pair of tokens:
-the hypothesis of the lower bound (THEORY R4-R5).
+the hypothesis of the lower bound (see :ref:`theory-r4` and :ref:`theory-r5`).
 
 Maps of exponential type (``exp``, ``favor+``, ``table``) are *log-domain*: they expose
 ``log_features`` and the kernel head exponentiates them after subtracting a shift that
@@ -395,7 +395,7 @@ class TokenTable(FeatureMap):
 
 
 # ---------------------------------------------------------------------------------
-# Signed feature maps: OUTSIDE the lower bound's hypothesis (THEORY R7), except that
+# Signed feature maps: outside the lower bound's hypothesis (theory-r7), except that
 # the Taylor kernel happens to be positive (see SecondOrderTaylor).
 # ---------------------------------------------------------------------------------
 @register_feature_map("identity")
@@ -403,7 +403,7 @@ class Identity(FeatureMap):
     """No activation: ``phi(x) = encoder(x)``, signed features (plain linear attention).
 
     The kernel ``alpha(x, z) = <phi_Q(x), phi_K(z)>`` takes both signs, so this map is
-    **outside** the hypothesis of the lower bound (THEORY R7); the kernel head then
+    **outside** the hypothesis of the lower bound (:ref:`theory-r7`); the kernel head then
     normalises with a guarded denominator (see ``KernelAttentionHead``). ``rank`` is
     the output size of the encoder.
     """
@@ -442,9 +442,9 @@ class SecondOrderTaylor(FeatureMap):
 
     The features are signed (``nonnegative = False``) but the **kernel is positive**:
     ``1 + t + t^2/2 = ((1 + t)^2 + 1) / 2 >= 1/2`` for every real ``t``. So the lower
-    bound of THEORY R4-R5 *does* apply to this map (``kernel_nonnegative = True``; a
-    kernel head built on it reports ``nonnegative=True``), and a fit below the
-    certified rank must fail.
+    bound (:ref:`theory-r4`, :ref:`theory-r5`) *does* apply to this map
+    (``kernel_nonnegative = True``; a kernel head built on it reports
+    ``nonnegative=True``), and a fit below the certified rank must fail.
     """
 
     nonnegative = False
@@ -504,7 +504,7 @@ class RandomFourierFeatures(FeatureMap):
     ``b_k ~ U[0, 2 pi)`` are fixed buffers. In expectation the kernel is the Gaussian
     ``exp(-|h - h'|^2 / (2 bandwidth^2))``, which is positive, but at any finite rank
     ``r`` the features and the kernel are **signed**: outside the lower bound's
-    hypothesis (THEORY R7). Any ``rank >= 1``.
+    hypothesis (:ref:`theory-r7`). Any ``rank >= 1``.
     """
 
     nonnegative = False

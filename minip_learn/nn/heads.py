@@ -256,7 +256,8 @@ class KernelAttentionHead(_Head):
             fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
 
     def sketch(self, phi_k, v):
-        """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v(x_j)^T`` (r x d), ``s = sum_j phi_K(x_j)``."""
+        """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v(x_j)^T`` (r x d),
+        ``s = sum_j phi_K(x_j)`` (:func:`minip_learn.nn.attention.sketch`)."""
         return attention.sketch(phi_k, v)
 
     @staticmethod
@@ -296,7 +297,7 @@ class KernelAttentionHead(_Head):
                                      nonnegative=self.nonnegative, eps=self.denominator_eps)
 
     def attention_weights(self, x):
-        """Explicit ``(..., N, N)`` normalised kernel matrix (quadratic; for checks and plots)."""
+        """Explicit ``(..., N, N)`` normalised kernel matrix (for checks and plots)."""
         phi_q, phi_k = self.features(x)
         a = attention.pairwise_dots(phi_q, phi_k)
         return a / self._guard(a.sum(-1, keepdim=True))
