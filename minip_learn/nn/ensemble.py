@@ -243,9 +243,8 @@ class HeadEnsemble(nn.Module):
             return self._vmap_forward(x)
         return self._fast_forward(x)
 
-    def _fast_forward(self, x, pairs=None):
-        # pairs: None chooses by the repetition of tokens (_pair_plan)
-        plan = self._pair_plan(x, force=bool(pairs)) if pairs is not False else None
+    def _fast_forward(self, x):
+        plan = self._pair_plan(x)  # None: the tokens repeat too little
         n_positions = x[..., 0].numel()
         if plan is not None:
             out = self._pair_forward(x, plan)
@@ -268,24 +267,24 @@ class HeadEnsemble(nn.Module):
             cache[2][key] = make()
         return cache[2][key]
 
-    def _pair_plan(self, x, force=False):
+    def _pair_plan(self, x):
         """Distinct tokens of ``x`` and the token pair of every (query, key) position.
 
         None when the tokens repeat too little for :meth:`_pair_forward` to pay (it
         computes every map and the full ``U x U`` kernel on the ``U`` distinct tokens,
-        and gathers per sequence) or the sequences are long, unless ``force``.
+        and gathers per sequence) or the sequences are long.
         """
-        return self._cached(x, ("plan", force), lambda: self._make_plan(x, force))
+        return self._cached(x, "plan", lambda: self._make_plan(x))
 
-    def _make_plan(self, x, force):
+    def _make_plan(self, x):
         x = _sequences(x)
         n, N, m = x.shape
         t = self.template
-        if not force and (n * N < 4 or not attention.is_short(N, t.rank, t.value_dim)):
+        if n * N < 4 or not attention.is_short(N, t.rank, t.value_dim):
             return None
         uniq, inv = _unique_rows(x.reshape(-1, m))
         U = int(uniq.shape[0])
-        if not force and (2 * U > n * N or U * U > n * N * N):
+        if 2 * U > n * N or U * U > n * N * N:
             return None
         inv = inv.view(n, N).T  # (N, n): positions outer, as below
         pidx = (inv[:, None, :] * U + inv[None, :, :]).reshape(-1)

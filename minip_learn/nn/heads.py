@@ -215,7 +215,7 @@ class KernelAttentionHead(_Head):
         shift, see :meth:`features`)."""
         return bool(self.query_features.log_domain and self.key_features.log_domain)
 
-    def map_outputs(self, queries, keys=None):
+    def _map_outputs(self, queries, keys=None):
         """Query and key (log-)features before the normalisation's shift and mask.
 
         Log-features when :attr:`log_domain`, else features. ``keys=None`` uses the
@@ -251,7 +251,7 @@ class KernelAttentionHead(_Head):
         heads of several ranks this way). See
         :func:`minip_learn.nn.attention.attention_features`.
         """
-        fq, fk = self.map_outputs(x)
+        fq, fk = self._map_outputs(x)
         return attention.attention_features(
             fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
 
@@ -315,7 +315,7 @@ class KernelAttentionHead(_Head):
         -------
         Tensor of shape (n_q, n_k)
         """
-        fq, fk = self.map_outputs(queries, keys)
+        fq, fk = self._map_outputs(queries, keys)
         return attention.explicit_kernel(
             fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
 
