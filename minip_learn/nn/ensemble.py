@@ -212,6 +212,7 @@ class HeadEnsemble(nn.Module):
         self.path = "fused-positions" if self._fast else "generic"
         self.path_reason = obstacle or "every map declares a fused form"
         self._input_cache = None
+        self._paths = {id(mod): name for name, mod in template.named_modules()}
 
     @staticmethod
     def _shape_differs(head, template):
@@ -321,7 +322,7 @@ class HeadEnsemble(nn.Module):
         E = self.n_members
         X2 = self._cached(x, ("xT", key),
                           lambda: tokens.permute(2, 1, 0).reshape(m, N * n).contiguous())
-        paths = {id(mod): name for name, mod in t.named_modules()}
+        paths = self._paths
 
         def linear(module):  # one matrix product for every member: (E, n, N, o)
             pre = paths[id(module)]
