@@ -7,8 +7,8 @@ import torch
 
 from minip_learn.nn import (
     KernelAttentionHead,
-    attention,
     SoftmaxAttentionHead,
+    attention,
     available_feature_maps,
     get_feature_map,
     make_feature_map,

@@ -2,7 +2,7 @@
 (:mod:`minip_learn.nn.attention`) and attention heads. No scikit-learn here."""
 
 from . import attention
-
+from .ensemble import HeadEnsemble
 from .feature_maps import (
     FeatureMap,
     available_feature_maps,
@@ -12,7 +12,6 @@ from .feature_maps import (
 )
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
 from .models import KernelAttentionModel, MLPReadout
-from .ensemble import HeadEnsemble
 from .splitting import (
     minip_partners,
     reset_optimizer_entries,
