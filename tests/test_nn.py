@@ -8,6 +8,7 @@ import torch
 from minip_learn.nn import (
     KernelAttentionHead,
     SoftmaxAttentionHead,
+    attention,
     available_feature_maps,
     get_feature_map,
     make_feature_map,
@@ -24,7 +25,7 @@ def _kwargs(name):
 def test_registry_lists_required_maps():
     assert set(available_feature_maps()) >= {
         "elu+1", "relu", "softplus", "exp", "squared_relu", "favor+", "table"}
-    # the signed maps of issue 8 (outside the theorem, THEORY R7) are flagged as such
+    # the signed maps (outside the theorem, see docs/theory.rst, theory-r7) are flagged as such
     signed = {"identity", "rff", "taylor"}
     assert set(available_feature_maps(nonnegative=False)) == signed
     assert set(available_feature_maps(nonnegative=True)) == set(available_feature_maps()) - signed
@@ -89,7 +90,7 @@ def test_short_sequence_form_equals_sketch(name):
     phi_q, phi_k = head.features(x)
     S, s = head.sketch(phi_k, head.value(x))
     u = (phi_q @ S) / (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
-    assert 3 * 3 * 8 <= 4 * 8 * 5  # the short form is the one attend() takes here
+    assert attention.is_short(3, 8, 5)  # the short form is the one attend() takes here
     torch.testing.assert_close(head.attend(x), u)
 
 

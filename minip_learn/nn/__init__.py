@@ -1,5 +1,8 @@
-"""Torch modules: feature maps (one registry) and attention heads. No scikit-learn here."""
+"""Torch modules: feature maps (one registry), the attention arithmetic
+(:mod:`minip_learn.nn.attention`) and attention heads. No scikit-learn here."""
 
+from . import attention
+from .ensemble import HeadEnsemble
 from .feature_maps import (
     FeatureMap,
     available_feature_maps,
@@ -9,7 +12,6 @@ from .feature_maps import (
 )
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
 from .models import KernelAttentionModel, MLPReadout
-from .ensemble import HeadEnsemble
 from .splitting import (
     minip_partners,
     reset_optimizer_entries,
@@ -26,6 +28,7 @@ __all__ = [
     "MLPReadout",
     "SoftmaxAttentionHead",
     "ValueMap",
+    "attention",
     "available_feature_maps",
     "get_feature_map",
     "make_feature_map",

@@ -1,10 +1,9 @@
-"""Many independent heads as one batched module (stacked parameters + ``torch.func``).
+"""Many independent heads as one batched module.
 
 :class:`HeadEnsemble` stacks the parameters of ``E`` heads of the same architecture
-along a new leading dimension and evaluates all of them in one vectorised forward
-(:func:`torch.func.vmap` over :func:`torch.func.functional_call`). Heads may differ in
-their rank: every member is padded with zeros to the largest one and a per-member
-``feature_mask`` (see :meth:`KernelAttentionHead.features
+along a new leading dimension and evaluates all of them in one forward. Heads may
+differ in their rank: every member is padded with zeros to the largest one and a
+per-member ``feature_mask`` (see :meth:`KernelAttentionHead.features
 <minip_learn.nn.KernelAttentionHead.features>`) turns the padding into exact zero
 features, so a member computes exactly what its own rank-``r`` head computes and its
 padded parameters receive zero gradients.
@@ -13,94 +12,54 @@ Buffers that are equal in every member (e.g. the vocabulary of the ``table`` map
 kept unbatched and shared; buffers that differ (e.g. the random directions of
 ``favor+``) are stacked like the parameters.
 
+Two paths, chosen from what the modules declare (never from the names of their
+parameters) and reported by :attr:`HeadEnsemble.path`:
+
+* **fused**: kernel heads whose feature maps declare a batched form
+  (:attr:`FeatureMap.fused_form <minip_learn.nn.FeatureMap.fused_form>`) compute every
+  member's token maps at once and then run the arithmetic of
+  :mod:`minip_learn.nn.attention` with a leading member dimension -- per position
+  (``"fused-positions"``) or, when the tokens repeat a lot, on the distinct tokens and
+  their pairs (``"fused-pairs"``);
+* **generic**: any other head runs its own forward on the stacked parameters
+  (:func:`torch.func.functional_call`, vectorised with :func:`torch.func.vmap` over the
+  members).
+
 No scikit-learn in this layer.
 """
+
+import copy
 
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from . import attention
+
 __all__ = ["HeadEnsemble"]
 
-
-class _ShortAttention(torch.autograd.Function):
-    """Normalised kernel attention and affine readout of short sequences, explicit kernel.
-
-    Inputs in the layout (., E, N, n) (feature, member, sequence position, sequence):
-    ``phi_q``, ``phi_k`` (r), values ``v`` and readout weights ``w`` (d); readout bias
-    ``b`` of shape (E, N, n). With ``alpha_ij = <phi_q_i, phi_k_j>`` and
-    ``g_ij = <w_i, v_j>``, the output (shape (E, N, n)) is
-    ``p_i = sum_j alpha_ij g_ij / max(sum_j alpha_ij, tiny) + b_i``, which equals the
-    head's ``rho_{x_i}(u_i)`` up to rounding. The hand-written backward works pair of
-    positions by pair, in place, over long contiguous rows.
-    """
-
-    @staticmethod
-    def forward(ctx, phi_q, phi_k, v, w, b):
-        E, N, n = phi_q.shape[1:]
-        alpha = phi_q.new_empty(N, N, E, n)
-        g = phi_q.new_empty(N, N, E, n)
-        for i in range(N):
-            for j in range(N):
-                torch.sum(phi_q[:, :, i] * phi_k[:, :, j], 0, out=alpha[i, j])
-                torch.sum(w[:, :, i] * v[:, :, j], 0, out=g[i, j])
-        den = alpha.sum(1)  # (N, E, n)
-        den_c = den.clamp_min(torch.finfo(den.dtype).tiny)
-        y = (alpha * g).sum(1) / den_c
-        ctx.save_for_backward(phi_q, phi_k, v, w, alpha, g, den, den_c, y)
-        return y.permute(1, 0, 2) + b
-
-    @staticmethod
-    def backward(ctx, go):
-        phi_q, phi_k, v, w, alpha, g, den, den_c, y = ctx.saved_tensors
-        N = alpha.shape[0]
-        gb = go
-        go = go.permute(1, 0, 2)  # (N, E, n)
-        c = go / den_c
-        dden = torch.where(den > torch.finfo(den.dtype).tiny, -c * y, torch.zeros_like(c))
-        d_alpha = c.unsqueeze(1) * g + dden.unsqueeze(1)  # (N_i, N_j, E, n)
-        d_g = c.unsqueeze(1) * alpha
-        dq, dk = torch.empty_like(phi_q), torch.empty_like(phi_k)
-        dv, dw = torch.empty_like(v), torch.empty_like(w)
-        for i in range(N):
-            for j in range(N):
-                da, dg = d_alpha[i, j], d_g[i, j]
-                if j == 0:  # first term of each sum written, then accumulated
-                    torch.mul(phi_k[:, :, j], da, out=dq[:, :, i])
-                    torch.mul(v[:, :, j], dg, out=dw[:, :, i])
-                else:
-                    dq[:, :, i].addcmul_(phi_k[:, :, j], da)
-                    dw[:, :, i].addcmul_(v[:, :, j], dg)
-                if i == 0:
-                    torch.mul(phi_q[:, :, i], da, out=dk[:, :, j])
-                    torch.mul(w[:, :, i], dg, out=dv[:, :, j])
-                else:
-                    dk[:, :, j].addcmul_(phi_q[:, :, i], da)
-                    dv[:, :, j].addcmul_(w[:, :, i], dg)
-        return dq, dk, dv, dw, gb
+PATHS = ("fused-pairs", "fused-positions", "generic")
 
 
-def _fast_path_ok(template):
-    """Whether ``template`` is a single kernel head the fused forward implements."""
-    from .feature_maps import EluPlusOne, Exp, ReLUFloor, Softplus, SquaredReLU, TokenTable
-    from .heads import AffineReadout, KernelAttentionHead, ValueMap
-
-    if type(template) is not KernelAttentionHead:
-        return False
-    if type(template.value) is not ValueMap or type(template.readout) is not AffineReadout:
-        return False
-    qf, kf = template.query_features, template.key_features
-    if qf.log_domain != kf.log_domain:
-        return False
-    for fm in (qf, kf):
-        if type(fm) is TokenTable:
-            continue
-        if type(fm) not in (EluPlusOne, Exp, ReLUFloor, Softplus, SquaredReLU):
-            return False
-        if type(fm.encoder) is not nn.Linear:
-            return False
-    return True
+def _fused_obstacle(template):
+    """Why ``template`` cannot take the fused path (a sentence), or None if it can."""
+    if getattr(type(template), "fused", None) != "kernel":
+        return f"{type(template).__name__} declares no fused form"
+    for role in ("query_features", "key_features"):
+        fm = getattr(template, role)
+        if fm.fused_form is None:
+            why = ("has an MLP encoder (feature_depth > 0); the fused form needs a single "
+                   "linear layer" if type(fm).fused == "linear" else
+                   f"({type(fm).__name__}) declares no fused form")
+            return f"{role} {fm.name!r} {why}"
+    if template.query_features.log_domain != template.key_features.log_domain:
+        return "query_features and key_features mix log-domain and plain features"
+    for role, form in (("value", "linear"), ("readout", "affine")):
+        module = getattr(template, role)
+        if getattr(type(module), "fused", None) != form:
+            return f"{role} {type(module).__name__} declares no fused form {form!r}"
+    return None
 
 
 def _unique_rows(t):
@@ -115,6 +74,11 @@ def _unique_rows(t):
     _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
     first = torch.from_numpy(first).to(t.device)
     return t[first], torch.from_numpy(inv.reshape(-1)).to(t.device)
+
+
+def _sequences(x):
+    """``x`` of shape (..., seq_len, n_bits) as (n_sequences, seq_len, n_bits)."""
+    return x.reshape((-1,) + tuple(x.shape[-2:]))
 
 
 def _pad_to(t, shape):
@@ -152,8 +116,19 @@ class HeadEnsemble(nn.Module):
         Number of members ``E``.
     names : list of str
         Names of the stacked parameters (as in ``template.named_parameters()``).
+    params : torch.nn.ParameterList
+        The stacked parameters, one per name, of shape ``(E, *template_shape)``.
     ranks : list of int or None
         Rank of each member (kernel heads), else None.
+    path : {"fused-pairs", "fused-positions", "generic"}
+        The path of the last forward (before the first one: ``"fused-positions"`` when
+        the fused path is available, else ``"generic"``). The fused path is available
+        exactly when the template declares it (:class:`KernelAttentionHead
+        <minip_learn.nn.KernelAttentionHead>` whose feature maps have a
+        ``fused_form``); it takes the pair form when the tokens of the input repeat
+        enough (e.g. a witness suite).
+    path_reason : str
+        Why: for ``"generic"`` the module that declares no fused form and why.
 
     Examples
     --------
@@ -163,10 +138,14 @@ class HeadEnsemble(nn.Module):
     >>> ens = HeadEnsemble(heads)
     >>> x = torch.rand(5, 3, 6).round()
     >>> out = ens(x)
-    >>> out.shape
-    torch.Size([3, 5, 3])
+    >>> out.shape, ens.path
+    (torch.Size([3, 5, 3]), 'fused-positions')
     >>> bool(torch.allclose(out[0], heads[0](x), atol=1e-6))
     True
+    >>> mlp = [KernelAttentionHead(6, 4, feature_depth=1) for _ in range(2)]
+    >>> print(HeadEnsemble(mlp).path_reason)  # doctest: +NORMALIZE_WHITESPACE
+    query_features 'elu+1' has an MLP encoder (feature_depth > 0); the fused form
+    needs a single linear layer
     """
 
     def __init__(self, heads, template=None):
@@ -181,8 +160,6 @@ class HeadEnsemble(nn.Module):
         if template is None:
             template = heads[0] if self.ranks is None else heads[
                 max(range(len(heads)), key=lambda i: self.ranks[i])]
-        import copy
-
         template = copy.deepcopy(template)
         for p in template.parameters():
             p.requires_grad_(False)
@@ -230,9 +207,12 @@ class HeadEnsemble(nn.Module):
         self._buffer_shapes = [
             {n: tuple(b.shape) for n, b in h.named_buffers()} for h in heads]
 
-        self._fast = _fast_path_ok(template)
-        self._fast_checked = False
-        self._index_cache = None
+        obstacle = _fused_obstacle(template)
+        self._fast = obstacle is None
+        self.path = "fused-positions" if self._fast else "generic"
+        self.path_reason = obstacle or "every map declares a fused form"
+        self._input_cache = None
+        self._paths = {id(mod): name for name, mod in template.named_modules()}
 
     @staticmethod
     def _shape_differs(head, template):
@@ -257,59 +237,62 @@ class HeadEnsemble(nn.Module):
     def forward(self, x):
         """Outputs of every member on the same input ``x``: shape ``(E, *head_output)``.
 
-        Single kernel heads with linear feature encoders (or the ``table`` map), the
-        affine value map and readout take a fused path: every token-wise linear map of
-        every member in one matrix product, the attention of short sequences as
-        broadcast products. When the tokens of ``x`` repeat a lot (e.g. a witness suite:
-        46 distinct tokens at 12,558 positions), it computes the maps, the kernel
-        ``alpha(u, v)`` and ``<w(u), v(v)>`` once for all pairs of distinct tokens and
-        gathers them to the (query, key) positions of every sequence. It is checked
-        against the generic path (``vmap``) on the first call and replaced by it if
-        they disagree.
+        The path is the one :attr:`path` names (set from the declarations of the
+        template's modules at construction; pairs or positions chosen per input).
         """
-        if self._fast and x.ndim == 3 and self._short(x):
-            if not self._fast_checked:
-                self._fast_checked = True
-                with torch.no_grad():
-                    xs = x[:8]
-                    b = self._vmap_forward(xs)
-                    try:  # the form (pairs of distinct tokens or not) x will take
-                        a = self._fast_forward(xs, pairs=self._pair_plan(x) is not None)
-                        tol = 1e-4 if b.dtype == torch.float32 else 1e-9
-                        ok = (a.shape == b.shape and a.dtype == b.dtype and torch.allclose(
-                            a, b, rtol=tol, atol=tol, equal_nan=True))
-                    except Exception:  # noqa: BLE001 - any failure: use the generic path
-                        ok = False
-                self._fast = ok
-            if self._fast:
-                return self._fast_forward(x)
-        return self._vmap_forward(x)
+        if not self._fast:
+            return self._vmap_forward(x)
+        return self._fast_forward(x)
 
-    def _pair_plan(self, x, force=False):
+    def _fast_forward(self, x):
+        plan = self._pair_plan(x)  # None: the tokens repeat too little
+        n_positions = x[..., 0].numel()
+        if plan is not None:
+            out = self._pair_forward(x, plan)
+            self.path = "fused-pairs"
+            self.path_reason = (f"{plan[3]} distinct tokens at {n_positions} positions: "
+                                "maps on the distinct tokens, kernel on their pairs")
+        else:
+            out = self._position_forward(x)
+            self.path = "fused-positions"
+            self.path_reason = "every member's token maps at once, attention per position"
+        return out
+
+    def _cached(self, x, key, make):
+        """``make()`` cached for the input ``x``: the same tensor object, not modified
+        in place since (its version counter)."""
+        cache = self._input_cache
+        if cache is None or cache[0] is not x or cache[1] != x._version:
+            cache = self._input_cache = (x, x._version, {})
+        if key not in cache[2]:
+            cache[2][key] = make()
+        return cache[2][key]
+
+    def _pair_plan(self, x):
         """Distinct tokens of ``x`` and the token pair of every (query, key) position.
 
         None when the tokens repeat too little for :meth:`_pair_forward` to pay (it
         computes every map and the full ``U x U`` kernel on the ``U`` distinct tokens,
-        and gathers per sequence), unless ``force``. Cached for the last ``x``: the
-        same tensor object, not modified in place since (its version counter).
+        and gathers per sequence) or the sequences are long.
         """
-        key = (x._version, force)
-        cache = getattr(self, "_pair_cache", None)
-        if cache is None or cache[0] is not x or cache[1] != key:
-            n, N, m = x.shape
-            plan = None
-            if force or n * N >= 4:
-                uniq, inv = _unique_rows(x.reshape(-1, m))
-                U = int(uniq.shape[0])
-                if force or (2 * U <= n * N and U * U <= n * N * N):
-                    inv = inv.view(n, N).T  # (N, n): positions outer, as below
-                    pidx = (inv[:, None, :] * U + inv[None, :, :]).reshape(-1)
-                    plan = (uniq.contiguous(), inv.reshape(-1), pidx, U)
-            cache = (x, key, plan)
-            self._pair_cache = cache
-        return cache[2]
+        return self._cached(x, "plan", lambda: self._make_plan(x))
+
+    def _make_plan(self, x):
+        x = _sequences(x)
+        n, N, m = x.shape
+        t = self.template
+        if n * N < 4 or not attention.is_short(N, t.rank, t.value_dim):
+            return None
+        uniq, inv = _unique_rows(x.reshape(-1, m))
+        U = int(uniq.shape[0])
+        if 2 * U > n * N or U * U > n * N * N:
+            return None
+        inv = inv.view(n, N).T  # (N, n): positions outer, as below
+        pidx = (inv[:, None, :] * U + inv[None, :, :]).reshape(-1)
+        return uniq.contiguous(), inv.reshape(-1), pidx, U
 
     def _vmap_forward(self, x):
+        """The generic path: the template's own forward on the stacked parameters."""
         template = self.template
         template.train(self.training)
         shared, stacked = self._buffer_dicts()
@@ -318,149 +301,96 @@ class HeadEnsemble(nn.Module):
         def one(p, b, xx):
             return functional_call(template, (p, b, shared), (xx,))
 
+        if self.n_members == 1:  # no vmap: exactly the cost of the plain head
+            first = {n: v[0] for n, v in params.items()}
+            return one(first, {n: v[0] for n, v in stacked.items()}, x).unsqueeze(0)
         return vmap(one, in_dims=(0, 0, None))(params, stacked, x)
 
-    def _short(self, x):
-        # explicit (N x N) kernel cheaper than the (r x d) sketch
+    # -- the fused path ------------------------------------------------------------------
+    def _token_maps(self, x, tokens, key):
+        """Every member's maps on ``tokens`` (shape (n, N, m), derived from the input
+        ``x``, which keys the caches), at once.
+
+        Returns the query and key (log-)features (E, n, N, r), values and readout
+        weights (E, n, N, d) and readout bias (E, n, N), in the memory layout
+        (feature, member, position, sequence): every product of the attention then runs
+        over contiguous rows of ``n`` sequences.
+        """
         t = self.template
-        r, d = int(t.rank), int(t.value_dim)
-        return x.shape[1] * (r + d) <= 2 * r * d
+        P = dict(zip(self.names, self.params))
+        n, N, m = tokens.shape
+        E = self.n_members
+        X2 = self._cached(x, ("xT", key),
+                          lambda: tokens.permute(2, 1, 0).reshape(m, N * n).contiguous())
+        paths = self._paths
 
-    def _token_index(self, fm, x):
-        key = (x.data_ptr(), tuple(x.shape), x.dtype, x.device)
-        if self._index_cache is None or self._index_cache[0] != key:
-            self._index_cache = (key, fm.token_index(x).reshape(-1))
-        return self._index_cache[1]
+        def linear(module):  # one matrix product for every member: (E, n, N, o)
+            pre = paths[id(module)]
+            W, b = P[pre + ".weight"], P[pre + ".bias"]  # (E, o, m), (E, o)
+            o = W.shape[1]
+            z = torch.addmm(b.T.reshape(o * E, 1), W.transpose(0, 1).reshape(o * E, m), X2)
+            return z.view(o, E, N, n).permute(1, 3, 2, 0)
 
-    def _fast_forward(self, x, pairs=None):
-        # pairs: None chooses by the repetition of tokens (_pair_plan)
-        plan = self._pair_plan(x, force=True) if pairs else (
-            None if pairs is not None else self._pair_plan(x))
-        if plan is not None:
-            return self._pair_forward(x, plan)
-        return self._position_forward(x)
+        def feats(fm):  # log-features of log-domain maps, else features
+            if fm.fused_form == "table":
+                tab = P[paths[id(fm)] + ".log_table"]  # (E, n_tokens, r)
+                idx = self._cached(x, ("index", key, id(fm)),
+                                   lambda: fm.token_index(tokens).T.reshape(-1))
+                r = tab.shape[2]
+                return tab.permute(2, 0, 1)[:, :, idx].view(r, E, N, n).permute(1, 3, 2, 0)
+            z = linear(fm.encoder)
+            return z if fm.log_domain else fm.activation(z)
+
+        qf, kf = t.query_features, t.key_features
+        fq = feats(qf)
+        fk = fq if kf is qf else feats(kf)
+        w, b = linear(t.readout.weight), linear(t.readout.bias).squeeze(-1)
+        return fq, fk, linear(t.value.linear), w, b
+
+    def _mask(self):
+        shared, stacked = self._buffer_dicts()
+        mask = stacked.get("feature_mask", shared.get("feature_mask"))
+        return None if mask is None else mask[:, None, None, :]  # (E, 1, 1, r)
+
+    def _position_forward(self, x):
+        # the head's arithmetic with a leading member dimension
+        t = self.template
+        x3 = _sequences(x)
+        fq, fk, v, w, b = self._token_maps(x, x3, "positions")
+        phi_q, phi_k = attention.attention_features(
+            fq, fk, log_domain=t.log_domain, mask=self._mask())
+        out = attention.head_output(phi_q, phi_k, v, w, b, nonnegative=t.nonnegative,
+                                    eps=t.denominator_eps)
+        return out.reshape(out.shape[:1] + x.shape[:-1])
 
     def _pair_forward(self, x, plan):
         # Few distinct tokens (e.g. a witness suite: 46 tokens at 12,558 positions):
-        # every token-wise map on the U distinct tokens only, then the kernel
-        # alpha(u, v) and the readout-value products <w(u), v(v)> for all U x U token
-        # pairs, gathered to the (query, key) positions of every sequence. Autograd's
-        # backward of the gathers (index_select) is a scatter-add into U x U.
+        # every map on the U distinct tokens only, then the kernel alpha(u, v) and the
+        # readout-value products <w(u), v(v)> for all U x U token pairs, gathered to
+        # the (query, key) positions of every sequence. Autograd's backward of the
+        # gathers (index_select) is a scatter-add into U x U.
         uniq, inv, pidx, U = plan
         t = self.template
-        P = dict(zip(self.names, self.params))
-        shared, stacked = self._buffer_dicts()
-        mask = stacked.get("feature_mask", shared.get("feature_mask"))
-        n, N, _ = x.shape
+        n, N, _ = _sequences(x).shape
         E = self.n_members
-        qf, kf = t.query_features, t.key_features
-        tied = qf is kf
-        qpre, kpre = "query_features", "query_features" if tied else "key_features"
+        fq, fk, v, w, b = (z.squeeze(1) for z in self._token_maps(x, uniq[None], "pairs"))
+        mask = self._mask()
+        mask = None if mask is None else mask[:, 0]  # (E, 1, r)
 
-        def amap(pre):  # (E, U, o)
-            W, b = P[pre + ".weight"], P[pre + ".bias"]  # (E, o, m), (E, o)
-            return torch.baddbmm(b.unsqueeze(1), uniq.expand(E, *uniq.shape),
-                                 W.transpose(1, 2))
+        def gather(pairs):  # (E, U, U) -> (E, n, N_i, N_j)
+            return pairs.reshape(E, U * U).index_select(1, pidx).view(
+                E, N, N, n).permute(0, 3, 1, 2)
 
-        def feats(fm, pre):  # (E, U, r): log-features or features
-            if fm.requires_vocabulary:
-                return P[pre + ".log_table"].index_select(1, fm.token_index(uniq))
-            z = amap(pre + ".encoder")
-            return z if fm.log_domain else fm.activation(z)
-
-        fq = feats(qf, qpre)
-        fk = fq if tied else feats(kf, kpre)
-        if mask is not None:
-            mask = mask.unsqueeze(1)  # (E, 1, r)
-        if qf.log_domain:
-            # log alpha(u, v) = logsumexp_k (lq_uk + lk_vk); per query row of each
-            # sequence shifted by its maximum, as features() shifts by c_i
-            s = fq.unsqueeze(2) + fk.unsqueeze(1)  # (E, U, U, r)
-            if mask is not None:
-                s = s + torch.log(mask).unsqueeze(1)
-            la = torch.logsumexp(s, -1).reshape(E, U * U).index_select(1, pidx)
-            la = la.view(E, N, N, n)
-            alpha = torch.exp(la - la.amax(2, keepdim=True).detach())
+        if t.log_domain:
+            # shifted per query row of each sequence, after the gather
+            alpha = attention.kernel_from_log(gather(attention.log_kernel(fq, fk, mask)))
         else:
-            if mask is not None:
-                fq, fk = fq * mask, fk * mask
-            K = torch.bmm(fq, fk.transpose(1, 2))  # (E, U, U)
-            alpha = K.reshape(E, U * U).index_select(1, pidx).view(E, N, N, n)
-        G = torch.bmm(amap("readout.weight"), amap("value.linear").transpose(1, 2))
-        g = G.reshape(E, U * U).index_select(1, pidx).view(E, N, N, n)
-        # layout (E, N_i, N_j, n): the sums over keys j add contiguous rows of n
-        den = alpha.sum(2)
-        y = (alpha * g).sum(2) / den.clamp_min(torch.finfo(den.dtype).tiny)
-        b = amap("readout.bias").reshape(E, U).index_select(1, inv).view(E, N, n)
-        return (y + b).transpose(1, 2)  # (E, n, N)
-
-    def _position_forward(self, x):
-        # layout (o, E, N, n): feature, member, sequence position, sequence; every
-        # (feature, member, position) row of n sequences is contiguous, so the
-        # products below run over long rows, and each map is one matrix product
-        t = self.template
-        P = dict(zip(self.names, self.params))
-        shared, stacked = self._buffer_dicts()
-        mask = stacked.get("feature_mask", shared.get("feature_mask"))
-        n, N, m = x.shape
-        E = self.n_members
-        X2 = self._transposed(x)  # (m, N * n), positions outer
-        qf, kf = t.query_features, t.key_features
-        tied = qf is kf
-        qpre, kpre = "query_features", "query_features" if tied else "key_features"
-        prefixes = []
-        for fm, pre in ((qf, qpre), (kf, kpre)):
-            if not fm.requires_vocabulary and pre + ".encoder" not in prefixes:
-                prefixes.append(pre + ".encoder")
-        prefixes += ["value.linear", "readout.weight", "readout.bias"]
-        parts = {}
-        for pre in prefixes:
-            W, b = P[pre + ".weight"], P[pre + ".bias"]  # (E, o, m), (E, o)
-            o = W.shape[1]
-            Wf = W.transpose(0, 1).reshape(o * E, m)  # rows (o, E)
-            bf = b.T.reshape(o * E, 1)
-            parts[pre] = torch.addmm(bf, Wf, X2).view(o, E, N, n)
-
-        def feats(fm, pre):  # (r, E, N, n): log-features or features
-            if fm.requires_vocabulary:
-                tab = P[pre + ".log_table"]  # (E, n_tokens, r)
-                idx = self._position_index(fm, x)  # (N * n,), positions outer
-                return tab.permute(2, 0, 1)[:, :, idx].view(tab.shape[2], E, N, n)
-            z = parts[pre + ".encoder"]
-            return z if fm.log_domain else fm.activation(z)
-
-        fq = feats(qf, qpre)
-        fk = fq if tied else feats(kf, kpre)
-        if mask is not None:  # (E, r) -> (r, E, 1, 1)
-            mask = mask.T[:, :, None, None]
-        if qf.log_domain:
-            M = fk.amax(2, keepdim=True).detach()
-            a = fq + M
-            if mask is not None:
-                a = a + torch.log(mask)
-            phi_q = torch.exp(a - a.amax(0, keepdim=True).detach())
-            phi_k = torch.exp(fk - M)
-            if mask is not None:
-                phi_k = phi_k * mask
-        else:
-            phi_q, phi_k = fq, fk
-            if mask is not None:
-                phi_q, phi_k = phi_q * mask, phi_k * mask
-        out = _ShortAttention.apply(phi_q, phi_k, parts["value.linear"],
-                                    parts["readout.weight"], parts["readout.bias"][0])
-        return out.transpose(1, 2)  # (E, N, n) -> (E, n, N)
-
-    def _transposed(self, x):
-        key = (x.data_ptr(), tuple(x.shape), x.dtype, x.device)
-        cache = getattr(self, "_xT_cache", None)
-        if cache is None or cache[0] != key:
-            cache = (key, x.permute(2, 1, 0).reshape(x.shape[2], -1).contiguous())
-            self._xT_cache = cache
-        return cache[1]
-
-    def _position_index(self, fm, x):
-        n, N, _ = x.shape
-        return self._token_index(fm, x).view(n, N).T.reshape(-1)
+            alpha = gather(attention.explicit_kernel(fq, fk, log_domain=False, mask=mask))
+        g = gather(attention.pairwise_dots(w, v))
+        b = b.index_select(1, inv).view(E, N, n).transpose(1, 2)
+        out = attention.kernel_readout(alpha, g, b, nonnegative=t.nonnegative,
+                                       eps=t.denominator_eps)
+        return out.reshape(out.shape[:1] + x.shape[:-1])
 
     def member_state_dict(self, i):
         """Parameters and buffers of member ``i`` at its own (unpadded) shapes.

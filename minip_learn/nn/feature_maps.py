@@ -4,7 +4,7 @@ Every map is a small :class:`torch.nn.Module` made of an *encoder* (a learnable 
 projection, or a small MLP, of the token bits) followed by a fixed activation. All maps
 registered with ``nonnegative=True`` produce features ``>= 0`` by construction, so the
 kernel ``alpha(x, z) = <phi_Q(x), phi_K(z)>`` is nonnegative for every pair of tokens:
-the hypothesis of the lower bound (THEORY R4-R5).
+the hypothesis of the lower bound (see :ref:`theory-r4` and :ref:`theory-r5`).
 
 Maps of exponential type (``exp``, ``favor+``, ``table``) are *log-domain*: they expose
 ``log_features`` and the kernel head exponentiates them after subtracting a shift that
@@ -179,12 +179,25 @@ class FeatureMap(nn.Module):
     """
 
     name = None
-    #: features are >= 0 for every input (the kernel is nonnegative)
+    #: features are >= 0 for every input
     nonnegative = True
+    #: the kernel ``<phi(x), phi'(z)>`` of two maps of this class is >= 0 for every pair
+    #: of tokens; a subclass that does not declare it inherits its own ``nonnegative``
+    kernel_nonnegative = True
     #: the map defines ``log_features`` and ``forward = exp(log_features)``
     log_domain = False
     #: the map needs the finite token set seen in fit (``vocabulary=`` argument)
     requires_vocabulary = False
+    #: batched form of the map (see ``fused_form``): ``"linear"`` when the map is
+    #: ``activation(encoder(x))`` (log-domain: ``log_features = encoder(x)``) with an
+    #: activation that is a fixed elementwise function (no parameters, no buffers);
+    #: ``"table"`` for a token table (``log_table[token_index(x)]``); None otherwise
+    fused = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "nonnegative" in cls.__dict__ and "kernel_nonnegative" not in cls.__dict__:
+            cls.kernel_nonnegative = cls.nonnegative
 
     def __init__(self, n_bits, rank, *, width=64, depth=0):
         super().__init__()
@@ -196,6 +209,20 @@ class FeatureMap(nn.Module):
     def pre_dim(self):
         """Output dimension of the encoder."""
         return self.rank
+
+    @property
+    def fused_form(self):
+        """What this instance can do in a batched forward of many members.
+
+        ``"linear"``: one matrix product (every member's encoder is a single
+        :class:`torch.nn.Linear`) then the activation; ``"table"``: a lookup in the
+        stacked tables; None: only the generic path (the class declares no fused form,
+        or its encoder is an MLP, ``depth > 0``). Read by
+        :class:`~minip_learn.nn.HeadEnsemble`.
+        """
+        if self.fused == "linear":
+            return "linear" if type(self.encoder) is nn.Linear else None
+        return self.fused
 
     def activation(self, z):
         raise NotImplementedError
@@ -219,6 +246,8 @@ class FeatureMap(nn.Module):
 class EluPlusOne(FeatureMap):
     """``elu(z) + 1`` (Katharopoulos et al., 2020): positive everywhere."""
 
+    fused = "linear"
+
     def activation(self, z):
         return nn.functional.elu(z) + 1.0
 
@@ -226,6 +255,8 @@ class EluPlusOne(FeatureMap):
 @register_feature_map("relu")
 class ReLUFloor(FeatureMap):
     """``relu(z) + floor``; the floor keeps every key visible (default ``1e-4``)."""
+
+    fused = "linear"
 
     def __init__(self, n_bits, rank, *, floor=1e-4, **kwargs):
         super().__init__(n_bits, rank, **kwargs)
@@ -239,6 +270,8 @@ class ReLUFloor(FeatureMap):
 class Softplus(FeatureMap):
     """``softplus(z) = log(1 + e^z)``."""
 
+    fused = "linear"
+
     def activation(self, z):
         return nn.functional.softplus(z)
 
@@ -246,6 +279,8 @@ class Softplus(FeatureMap):
 @register_feature_map("squared_relu")
 class SquaredReLU(FeatureMap):
     """``relu(z)^2 + floor`` (default floor ``1e-4``)."""
+
+    fused = "linear"
 
     def __init__(self, n_bits, rank, *, floor=1e-4, **kwargs):
         super().__init__(n_bits, rank, **kwargs)
@@ -260,6 +295,7 @@ class Exp(FeatureMap):
     """``exp(z)``: log-domain, computed with a shift that cancels in the normalisation."""
 
     log_domain = True
+    fused = "linear"
 
 
 @register_feature_map("favor+")
@@ -320,6 +356,7 @@ class TokenTable(FeatureMap):
 
     log_domain = True
     requires_vocabulary = True
+    fused = "table"
 
     def __init__(self, n_bits, rank, *, vocabulary, init_scale=0.1, width=None, depth=None):
         nn.Module.__init__(self)
@@ -358,7 +395,7 @@ class TokenTable(FeatureMap):
 
 
 # ---------------------------------------------------------------------------------
-# Signed feature maps: OUTSIDE the lower bound's hypothesis (THEORY R7), except that
+# Signed feature maps: outside the lower bound's hypothesis (theory-r7), except that
 # the Taylor kernel happens to be positive (see SecondOrderTaylor).
 # ---------------------------------------------------------------------------------
 @register_feature_map("identity")
@@ -366,12 +403,13 @@ class Identity(FeatureMap):
     """No activation: ``phi(x) = encoder(x)``, signed features (plain linear attention).
 
     The kernel ``alpha(x, z) = <phi_Q(x), phi_K(z)>`` takes both signs, so this map is
-    **outside** the hypothesis of the lower bound (THEORY R7); the kernel head then
+    **outside** the hypothesis of the lower bound (:ref:`theory-r7`); the kernel head then
     normalises with a guarded denominator (see ``KernelAttentionHead``). ``rank`` is
     the output size of the encoder.
     """
 
     nonnegative = False
+    fused = "linear"
 
     def activation(self, z):
         return z
@@ -404,9 +442,9 @@ class SecondOrderTaylor(FeatureMap):
 
     The features are signed (``nonnegative = False``) but the **kernel is positive**:
     ``1 + t + t^2/2 = ((1 + t)^2 + 1) / 2 >= 1/2`` for every real ``t``. So the lower
-    bound of THEORY R4-R5 *does* apply to this map (``kernel_nonnegative = True``; a
-    kernel head built on it reports ``nonnegative=True``), and a fit below the
-    certified rank must fail.
+    bound (:ref:`theory-r4`, :ref:`theory-r5`) *does* apply to this map
+    (``kernel_nonnegative = True``; a kernel head built on it reports
+    ``nonnegative=True``), and a fit below the certified rank must fail.
     """
 
     nonnegative = False
@@ -466,7 +504,7 @@ class RandomFourierFeatures(FeatureMap):
     ``b_k ~ U[0, 2 pi)`` are fixed buffers. In expectation the kernel is the Gaussian
     ``exp(-|h - h'|^2 / (2 bandwidth^2))``, which is positive, but at any finite rank
     ``r`` the features and the kernel are **signed**: outside the lower bound's
-    hypothesis (THEORY R7). Any ``rank >= 1``.
+    hypothesis (:ref:`theory-r7`). Any ``rank >= 1``.
     """
 
     nonnegative = False
@@ -477,10 +515,13 @@ class RandomFourierFeatures(FeatureMap):
         self.bandwidth = float(bandwidth)
         self.register_buffer("directions", torch.randn(rank, self.proj_dim) / self.bandwidth)
         self.register_buffer("phases", 2 * math.pi * torch.rand(rank))
+        # a buffer, not a constant of the class: a member of a HeadEnsemble padded to a
+        # larger rank keeps the scale of its own rank
+        self.register_buffer("scale", torch.tensor(math.sqrt(2.0 / rank)), persistent=False)
 
     @property
     def pre_dim(self):
         return self.proj_dim
 
     def activation(self, z):
-        return math.sqrt(2.0 / self.rank) * torch.cos(z @ self.directions.T + self.phases)
+        return self.scale * torch.cos(z @ self.directions.T + self.phases)

@@ -1,4 +1,4 @@
-"""Single attention heads for Min-IP (THEORY §2), as plain torch modules.
+"""Single attention heads for Min-IP (see :ref:`theory`), as plain torch modules.
 
 Both heads share a value map ``v(x)`` and a query-dependent affine readout
 ``rho_x(u) = <w(x), u> + b(x)`` and map a batch of sequences of shape
@@ -6,7 +6,8 @@ Both heads share a value map ``v(x)`` and a query-dependent affine readout
 
 * :class:`KernelAttentionHead` computes normalised kernel attention through the
   fixed-size sketch ``S = sum_j phi_K(x_j) v(x_j)^T``, ``s = sum_j phi_K(x_j)``:
-  ``u_i = phi_Q(x_i)^T S / phi_Q(x_i)^T s``. Cost ``O(N r d)``.
+  ``u_i = phi_Q(x_i)^T S / phi_Q(x_i)^T s``. Cost ``O(N r d)``. Its arithmetic is that
+  of :mod:`minip_learn.nn.attention`.
 * :class:`SoftmaxAttentionHead` computes dense softmax attention with scores
   ``q(x_i)^T k(x_j) / temperature``. Cost ``O(N^2 d_s)``.
 
@@ -16,6 +17,7 @@ No scikit-learn in this layer.
 import torch
 from torch import nn
 
+from . import attention
 from .feature_maps import get_feature_map
 
 __all__ = ["AffineReadout", "KernelAttentionHead", "SoftmaxAttentionHead", "ValueMap"]
@@ -39,6 +41,9 @@ class ValueMap(nn.Module):
     torch.Size([2, 5, 3])
     """
 
+    #: batched form (read by :class:`~minip_learn.nn.HeadEnsemble`): ``v = linear(x)``
+    fused = "linear"
+
     def __init__(self, n_bits, value_dim):
         super().__init__()
         self.linear = nn.Linear(n_bits, value_dim)
@@ -51,8 +56,8 @@ class AffineReadout(nn.Module):
     """Query-dependent affine readout ``rho_x(u) = <w(x), u> + b(x)``.
 
     ``w(x) = W x + w_0`` and ``b(x) = <c, x> + b_0`` are affine in the query token,
-    which is enough for the exact constructions of THEORY R1-R3 (e.g.
-    ``rho_x(u) = 2<x, u> - |x|``).
+    which is enough for the exact constructions of :ref:`theory-r1` to
+    :ref:`theory-r3` (e.g. ``rho_x(u) = 2<x, u> - |x|``).
 
     Parameters
     ----------
@@ -69,13 +74,21 @@ class AffineReadout(nn.Module):
     torch.Size([2, 5])
     """
 
+    #: batched form (read by :class:`~minip_learn.nn.HeadEnsemble`):
+    #: ``w = weight(x)``, ``b = bias(x)``, both linear layers
+    fused = "affine"
+
     def __init__(self, n_bits, value_dim):
         super().__init__()
         self.weight = nn.Linear(n_bits, value_dim)
         self.bias = nn.Linear(n_bits, 1)
 
+    def coefficients(self, x):
+        """``(w(x), b(x))`` of shapes (..., value_dim) and (...)."""
+        return self.weight(x), self.bias(x).squeeze(-1)
+
     def forward(self, x, u):
-        return (self.weight(x) * u).sum(-1) + self.bias(x).squeeze(-1)
+        return attention.affine_readout(*self.coefficients(x), u)
 
 
 class _Head(nn.Module):
@@ -115,12 +128,17 @@ class KernelAttentionHead(_Head):
         ``vocabulary`` for ``table`` ...).
     denominator_eps : float, default=1e-3
         Guard of the normalisation for *signed* kernels only (``nonnegative`` False,
-        e.g. ``identity`` or ``rff`` features, THEORY R7): there the denominator
-        ``phi_Q(x_i)^T s`` can vanish or change sign, and it is replaced by
+        e.g. ``identity`` or ``rff`` features, see :ref:`theory-r7`): there the
+        denominator ``phi_Q(x_i)^T s`` can vanish or change sign, and it is replaced by
         ``sign(den) * max(|den|, denominator_eps)`` (``sign(0) = +1``), which keeps the
         exact normalisation whenever ``|den| >= denominator_eps`` and bounds the output
         by ``|num| / denominator_eps`` otherwise. Nonnegative kernels ignore it (their
-        denominator only gets the dtype's ``tiny`` floor, as always).
+        denominator only gets the dtype's ``tiny`` floor).
+
+    Attributes
+    ----------
+    feature_mask : Tensor of shape (rank,) or None
+        Optional rank mask (buffer, default None; see :meth:`features`).
 
     Examples
     --------
@@ -130,6 +148,10 @@ class KernelAttentionHead(_Head):
     >>> head(torch.zeros(2, 3, 6)).shape, head.nonnegative
     (torch.Size([2, 3]), True)
     """
+
+    #: batched form (read by :class:`~minip_learn.nn.HeadEnsemble`): the fused
+    #: forward applies when the feature maps, value map and readout declare one too
+    fused = "kernel"
 
     def __init__(
         self,
@@ -152,8 +174,7 @@ class KernelAttentionHead(_Head):
             kwargs.setdefault("width", feature_width)
             kwargs.setdefault("depth", feature_depth)
         self.rank = rank
-        # Optional rank mask (see ``features``); None leaves the head and its
-        # state_dict exactly as without it.
+        # None leaves the head and its state_dict exactly as without a mask
         self.register_buffer("feature_mask", None)
         self.query_features = cls(n_bits, rank, **kwargs)
         self.key_features = (
@@ -164,28 +185,48 @@ class KernelAttentionHead(_Head):
     def nonnegative(self):
         """Whether the kernel is nonnegative by construction.
 
-        True when both feature maps are nonnegative, and also for maps whose features
-        are signed but whose kernel is not (``kernel_nonnegative``, e.g. ``taylor``:
-        ``1 + t + t^2/2 > 0``) when queries and keys use the same map class and no
-        rank mask is set.
+        True when both feature maps declare ``nonnegative``, and also when queries and
+        keys use one map class that declares ``kernel_nonnegative`` (e.g. ``taylor``:
+        signed features, kernel ``1 + t + t^2/2 > 0``) and no rank mask is set.
         """
         qf, kf = self.query_features, self.key_features
         if qf.nonnegative and kf.nonnegative:
             return True
         return (
             type(qf) is type(kf)
-            and bool(getattr(qf, "kernel_nonnegative", False))
-            and getattr(self, "feature_mask", None) is None
+            and bool(type(qf).kernel_nonnegative)
+            and self.feature_mask is None
         )
 
     @property
     def theorem_applies(self):
-        """Whether THEORY R4-R5 (the certified lower bound) cover this head.
+        """Whether the certified lower bound (:ref:`theory-r4`, :ref:`theory-r5`) covers
+        this head.
 
         A single head with an affine readout: the bound applies exactly when the
-        kernel is nonnegative (``nonnegative``). Signed kernels are outside it (R7).
+        kernel is nonnegative (``nonnegative``). Signed kernels are outside it
+        (:ref:`theory-r7`).
         """
         return bool(self.nonnegative)
+
+    @property
+    def log_domain(self):
+        """Whether both maps are log-domain (their features are exponentiated after a
+        shift, see :meth:`features`)."""
+        return bool(self.query_features.log_domain and self.key_features.log_domain)
+
+    def _map_outputs(self, queries, keys=None):
+        """Query and key (log-)features before the normalisation's shift and mask.
+
+        Log-features when :attr:`log_domain`, else features. ``keys=None`` uses the
+        queries (one sequence); tied maps are evaluated once.
+        """
+        same = keys is None
+        keys = queries if same else keys
+        qf, kf = self.query_features, self.key_features
+        f = (lambda fm, t: fm.log_features(t)) if self.log_domain else (lambda fm, t: fm(t))
+        fq = f(qf, queries)
+        return fq, (fq if same and kf is qf else f(kf, keys))
 
     def features(self, x):
         """Query and key features ``(phi_Q, phi_K)``, each of shape (..., seq_len, rank).
@@ -204,71 +245,61 @@ class KernelAttentionHead(_Head):
 
         Rank masking: when the buffer ``feature_mask`` (shape ``(rank,)``, entries 0 or
         1; default None) is set, features where it is 0 are exact zeros on both sides;
-        log-domain maps add ``log(mask)`` (``-inf``) to ``a`` before the per-query
-        maximum, so the unmasked arithmetic is that of a head of the smaller rank and
-        masked parameters get zero gradients (:class:`~minip_learn.nn.HeadEnsemble`
-        trains heads of several ranks this way).
+        log-domain maps add ``log(mask)`` (``-inf``) before the per-query maximum, so
+        the unmasked arithmetic is that of a head of the smaller rank and masked
+        parameters get zero gradients (:class:`~minip_learn.nn.HeadEnsemble` trains
+        heads of several ranks this way). See
+        :func:`minip_learn.nn.attention.attention_features`.
         """
-        qf, kf = self.query_features, self.key_features
-        mask = getattr(self, "feature_mask", None)
-        if qf.log_domain and kf.log_domain:
-            lq, lk = qf.log_features(x), kf.log_features(x)
-            M = lk.amax(-2, keepdim=True).detach()
-            a = lq + M
-            if mask is not None:
-                a = a + torch.log(mask)
-            phi_q = torch.exp(a - a.amax(-1, keepdim=True).detach())
-            phi_k = torch.exp(lk - M)
-            return phi_q, (phi_k if mask is None else phi_k * mask)
-        if mask is not None:
-            return qf(x) * mask, kf(x) * mask
-        return qf(x), kf(x)
+        fq, fk = self._map_outputs(x)
+        return attention.attention_features(
+            fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
 
     def sketch(self, phi_k, v):
-        """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v(x_j)^T`` (r x d), ``s = sum_j phi_K(x_j)``."""
-        return phi_k.transpose(-2, -1) @ v, phi_k.sum(-2)
+        """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v(x_j)^T`` (r x d),
+        ``s = sum_j phi_K(x_j)`` (:func:`minip_learn.nn.attention.sketch`)."""
+        return attention.sketch(phi_k, v)
 
     @staticmethod
     def _floor(den):
-        # phi >= 0 so den >= 0; den == 0 only when a query sees no key at all.  The
-        # floor (the dtype's smallest normal number) then returns u = 0 instead of NaN.
-        return den.clamp_min(torch.finfo(den.dtype).tiny)
+        """The guard of nonnegative kernels: the dtype's smallest normal number."""
+        return attention.guard_denominator(den, nonnegative=True)
 
     def _guard(self, den):
-        """The denominator actually divided by: ``_floor`` for nonnegative kernels, the
-        sign-preserving clamp ``sign(den) max(|den|, denominator_eps)`` for signed ones."""
-        if self.nonnegative:
-            return self._floor(den)
-        eps = getattr(self, "denominator_eps", 1e-3)
-        sign = torch.where(den < 0, -torch.ones_like(den), torch.ones_like(den))
-        return sign * den.abs().clamp_min(eps)
+        """The denominator actually divided by
+        (:func:`~minip_learn.nn.attention.guard_denominator`)."""
+        return attention.guard_denominator(
+            den, nonnegative=self.nonnegative, eps=self.denominator_eps)
 
     def attend(self, x):
-        """Attended values ``u_i`` of shape (..., seq_len, value_dim), before the readout."""
+        """Attended values ``u_i`` of shape (..., seq_len, value_dim), before the readout.
+
+        Short sequences (Min-IP's ``N = 3``) go through the explicit ``N x N`` kernel,
+        longer ones through the sketch (:func:`minip_learn.nn.attention.attend`).
+        """
         phi_q, phi_k = self.features(x)
-        v = self.value(x)
-        n, r, d = x.shape[-2], phi_q.shape[-1], v.shape[-1]
-        if n * n * max(r, d) <= 4 * r * d:
-            # Short sequences (Min-IP's N = 3): the same sums through the explicit
-            # (N x N) kernel, as broadcast products. Many tiny (r x N) @ (N x d) matrix
-            # products cost more than this on CPU, and its temporaries are at most four
-            # times the sketch's size; tests check both forms agree.
-            a = (phi_q.unsqueeze(-2) * phi_k.unsqueeze(-3)).sum(-1)
-            num = (a.unsqueeze(-1) * v.unsqueeze(-3)).sum(-2)
-            den = a.sum(-1, keepdim=True)
-        else:
-            S, s = self.sketch(phi_k, v)
-            num = phi_q @ S
-            den = (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
-        return num / self._guard(den)
+        return attention.attend(phi_q, phi_k, self.value(x), nonnegative=self.nonnegative,
+                                eps=self.denominator_eps)
 
     def forward(self, x):
-        return self.readout(x, self.attend(x))
+        return self.output(x, self.readout)
+
+    def output(self, x, readout):
+        """``readout(x, attend(x))`` for an affine ``readout`` (one that has
+        ``coefficients``, e.g. :class:`AffineReadout`), shape (..., seq_len).
+
+        Short sequences fold the readout into the explicit kernel
+        (:func:`minip_learn.nn.attention.head_output`).
+        """
+        phi_q, phi_k = self.features(x)
+        w, b = readout.coefficients(x)
+        return attention.head_output(phi_q, phi_k, self.value(x), w, b,
+                                     nonnegative=self.nonnegative, eps=self.denominator_eps)
 
     def attention_weights(self, x):
-        """Explicit ``(..., N, N)`` normalised kernel matrix (quadratic; for checks and plots)."""
+        """Explicit ``(..., N, N)`` normalised kernel matrix (for checks and plots)."""
         phi_q, phi_k = self.features(x)
-        a = phi_q @ phi_k.transpose(-2, -1)
+        a = attention.pairwise_dots(phi_q, phi_k)
         return a / self._guard(a.sum(-1, keepdim=True))
 
     def kernel(self, queries, keys):
@@ -284,20 +315,9 @@ class KernelAttentionHead(_Head):
         -------
         Tensor of shape (n_q, n_k)
         """
-        qf, kf = self.query_features, self.key_features
-        if qf.log_domain and kf.log_domain:
-            lq, lk = qf.log_features(queries), kf.log_features(keys)
-            M = lk.amax(0, keepdim=True)
-            a = lq + M
-            mask = getattr(self, "feature_mask", None)
-            if mask is not None:
-                a = a + torch.log(mask)
-            return torch.exp(a - a.amax(-1, keepdim=True)) @ torch.exp(lk - M).T
-        phi_q, phi_k = qf(queries), kf(keys)
-        mask = getattr(self, "feature_mask", None)
-        if mask is not None:
-            phi_q = phi_q * mask
-        return phi_q @ phi_k.T
+        fq, fk = self._map_outputs(queries, keys)
+        return attention.explicit_kernel(
+            fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
 
 
 class SoftmaxAttentionHead(_Head):

@@ -1,8 +1,10 @@
-"""Kernel-attention models *beyond* the single head of the theorem (THEORY R7, R8).
+"""Kernel-attention models *beyond* the single head of the theorem.
 
-The lower bound of THEORY R4-R5 covers one normalised nonnegative kernel head with a
-query-dependent **affine** readout. The modules here relax each of those assumptions so
-that the loopholes can be measured on the same witness families:
+See :ref:`theory-r7` and :ref:`theory-r8`.
+
+The lower bound (:ref:`theory-r4`, :ref:`theory-r5`) covers one normalised nonnegative
+kernel head with a query-dependent **affine** readout. The modules here relax each of
+those assumptions so that the loopholes can be measured on the same witness families:
 
 * several heads per layer (``n_heads``) and several layers (``n_layers``) with a
   residual token stream between them;
@@ -21,6 +23,7 @@ a single layer, an affine scalar readout and a nonnegative kernel. With
 import torch
 from torch import nn
 
+from .attention import affine_readout
 from .feature_maps import get_feature_map
 from .heads import AffineReadout, KernelAttentionHead
 
@@ -30,11 +33,12 @@ _READOUTS = ("affine", "mlp")
 
 
 class MLPReadout(nn.Module):
-    """Nonlinear readout ``rho(x, u) = MLP([x, u])`` -- **outside the theorem** (R7).
+    """Nonlinear readout ``rho(x, u) = MLP([x, u])``: **outside the theorem**.
 
-    THEORY R4 needs a readout affine in the attended value ``u`` (the query output is
-    then a weighted mean of per-key scalars); an MLP of the query token and ``u`` breaks
-    that, so models using it are labelled ``theorem_applies = False``.
+    The lower bound (:ref:`theory-r4`) needs a readout affine in the attended value
+    ``u`` (the query output is then a weighted mean of per-key scalars); an MLP of the
+    query token and ``u`` breaks that, so models using it are labelled
+    ``theorem_applies = False`` (:ref:`theory-r7`).
 
     Parameters
     ----------
@@ -87,7 +91,7 @@ class _AffineClassReadout(nn.Module):
 
     def forward(self, x, u):
         w = self.weight(x).unflatten(-1, (self.n_outputs, self.value_dim))
-        return (w * u.unsqueeze(-2)).sum(-1) + self.bias(x)
+        return affine_readout(w, self.bias(x), u.unsqueeze(-2))
 
 
 class KernelAttentionModel(nn.Module):
@@ -99,12 +103,13 @@ class KernelAttentionModel(nn.Module):
     values ``u^(l)`` (dimension ``n_heads * value_dim``). Between layers the stream is
     residual, ``t^(l) = t^(l-1) + O_l u^(l)`` with a learnable ``O_l`` (the stream keeps
     ``n_bits`` dimensions). The output at position ``i`` is the readout of the last
-    layer, ``rho(t_i^(L-1), u_i^(L))``: query-dependent affine (as in THEORY §2, one per
-    class when ``n_outputs`` is set) or an :class:`MLPReadout`.
+    layer, ``rho(t_i^(L-1), u_i^(L))``: query-dependent affine (as in :ref:`theory`, one
+    per class when ``n_outputs`` is set) or an :class:`MLPReadout`.
 
     **Outside the theorem** unless ``theorem_applies`` (one head, one layer, affine
-    scalar readout, nonnegative kernel): THEORY R4-R5 say nothing about the other
-    configurations (R7), and R8 bounds them only through the channel capacity
+    scalar readout, nonnegative kernel): :ref:`theory-r4` and :ref:`theory-r5` say
+    nothing about the other configurations (:ref:`theory-r7`), and :ref:`theory-r8`
+    bounds them only through the channel capacity
     ``n_heads x n_layers x rank x bits`` (see
     :func:`minip_learn.theory.model_channel_capacity`).
 
@@ -215,8 +220,9 @@ feature_kwargs, denominator_eps
 
     @property
     def theorem_applies(self):
-        """Whether THEORY R4-R5 cover this model: one nonnegative head, one layer and an
-        affine scalar readout. Everything else is a variant outside the theorem (R7)."""
+        """Whether the lower bound (:ref:`theory-r4`, :ref:`theory-r5`) covers this model:
+        one nonnegative head, one layer and an affine scalar readout. Everything else is
+        a variant outside the theorem (:ref:`theory-r7`)."""
         return bool(
             self.n_heads == 1
             and self.n_layers == 1
@@ -228,6 +234,10 @@ feature_kwargs, denominator_eps
     def forward(self, x):
         t = x
         for index, layer in enumerate(self.layers):
+            if index == self.n_layers - 1 and len(layer) == 1 and isinstance(
+                    self.readout, AffineReadout):
+                # one head read out affinely: the head's own output arithmetic
+                return layer[0].output(t, self.readout)
             u = torch.cat([head.attend(t) for head in layer], dim=-1)
             if index < self.n_layers - 1:
                 t = t + self.mixers[index](u)

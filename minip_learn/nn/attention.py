@@ -1,0 +1,392 @@
+"""The arithmetic of normalised kernel attention, written once.
+
+Every function works on tensors with arbitrary leading dimensions: the last two are
+(token position, feature) for features, values and readout coefficients, and (query,
+key) for kernel matrices. A single head (:class:`~minip_learn.nn.KernelAttentionHead`)
+calls them on ``(batch, seq_len, .)`` tensors; the fused forward of
+:class:`~minip_learn.nn.HeadEnsemble` calls the same functions on
+``(members, batch, seq_len, .)`` tensors after computing every member's token maps at
+once.
+
+With query features ``phi_Q``, key features ``phi_K``, values ``v`` and the affine
+readout ``rho_x(u) = <w(x), u> + b(x)``, a head computes (see :ref:`theory-r1`)
+
+    u_i = sum_j alpha_ij v_j / guard(sum_j alpha_ij),   alpha_ij = <phi_Q(x_i), phi_K(x_j)>,
+    y_i = <w(x_i), u_i> + b(x_i),
+
+either through the explicit ``N x N`` kernel (short sequences, :func:`is_short`) or
+through the fixed-size sketch ``S = sum_j phi_K(x_j) v_j^T``, ``s = sum_j phi_K(x_j)``
+(:func:`sketch`). No scikit-learn in this layer.
+
+Examples
+--------
+>>> import torch
+>>> from minip_learn.nn import attention
+>>> phi_q, phi_k = attention.attention_features(
+...     torch.zeros(2, 3, 4), torch.zeros(2, 3, 4), log_domain=True)
+>>> v = torch.arange(6.0).reshape(1, 3, 2).expand(2, 3, 2)
+>>> attention.attend(phi_q, phi_k, v, nonnegative=True)[0, 0]  # uniform weights
+tensor([2., 3.])
+"""
+
+import torch
+
+__all__ = [
+    "affine_readout",
+    "attend",
+    "attention_features",
+    "explicit_kernel",
+    "guard_denominator",
+    "head_output",
+    "is_short",
+    "kernel_from_log",
+    "kernel_readout",
+    "kernel_values",
+    "log_kernel",
+    "pairwise_dots",
+    "sketch",
+]
+
+#: below this many tokens per sequence :func:`pairwise_dots` loops over token pairs
+_LOOP_TOKENS = 8
+
+
+def attention_features(fq, fk, *, log_domain, mask=None):
+    """Query and key features ready for the normalisation, shape ``(..., N, r)``.
+
+    Parameters
+    ----------
+    fq, fk : Tensor of shape (..., N, r)
+        Query and key features, or their logarithms when ``log_domain``.
+    log_domain : bool
+        Whether ``fq`` and ``fk`` are log-features. They are then exponentiated after a
+        shift that cancels exactly in the normalisation: with the per-sequence,
+        per-feature key maximum ``M_k = max_j fk_jk`` and ``c_i = max_k (fq_ik + M_k)``,
+        ``phi_K(x_j)_k = exp(fk_jk - M_k)`` and ``phi_Q(x_i)_k = exp(fq_ik + M_k - c_i)``,
+        so the kernel is multiplied by ``exp(-c_i)``, one positive constant per query.
+        Every feature is ``<= 1`` and each query's denominator is ``>= 1``: nothing
+        overflows and nothing underflows to the floor.
+    mask : Tensor of shape (r,) or broadcastable to (..., 1, r), default=None
+        Rank mask (entries 0 or 1): features where it is 0 are exact zeros on both
+        sides. Log-domain features add ``log(mask)`` (``-inf``) before the per-query
+        maximum, so the unmasked arithmetic is that of the smaller rank and masked
+        parameters get zero gradients.
+
+    Returns
+    -------
+    phi_q, phi_k : Tensor of shape (..., N, r)
+    """
+    if not log_domain:
+        return (fq, fk) if mask is None else (fq * mask, fk * mask)
+    # computed on (r, N, ...) views: the reductions keep the inputs' memory layout
+    lq, lk = _front(fq), _front(fk)
+    M = lk.amax(1, keepdim=True).detach()
+    a = lq + M
+    if mask is not None:
+        mask = _front(mask.reshape((1,) * (fq.ndim - mask.ndim) + tuple(mask.shape)))
+        a = a + torch.log(mask)
+    phi_q = torch.exp(a - a.amax(0, keepdim=True).detach())
+    phi_k = torch.exp(lk - M)
+    if mask is not None:
+        phi_k = phi_k * mask
+    return _back(phi_q), _back(phi_k)
+
+
+def log_kernel(lq, lk, mask=None):
+    """Logarithm of the kernel ``log alpha(q_a, k_b) = logsumexp_k (lq_ak + lk_bk)``.
+
+    Parameters
+    ----------
+    lq : Tensor of shape (..., n_q, r)
+    lk : Tensor of shape (..., n_k, r)
+        Log-features of two token sets.
+    mask : Tensor of shape (r,) or broadcastable, default=None
+        Rank mask, added as ``log(mask)``.
+
+    Returns
+    -------
+    Tensor of shape (..., n_q, n_k)
+    """
+    s = lq.unsqueeze(-2) + lk.unsqueeze(-3)
+    if mask is not None:
+        s = s + torch.log(mask).unsqueeze(-2)
+    return torch.logsumexp(s, -1)
+
+
+def kernel_from_log(la):
+    """``exp(la - max_k la)`` per row: a log-kernel ``(..., n_q, n_k)`` exponentiated
+    after the shift of each query row by its maximum (one positive constant per row)."""
+    la = _front(la)  # (n_k, n_q, ...)
+    return _back(torch.exp(la - la.amax(0, keepdim=True).detach()))
+
+
+def explicit_kernel(fq, fk, *, log_domain, mask=None):
+    """Kernel matrix ``alpha(q_a, k_b)`` between two token sets, up to a positive scale
+    per query row (which the normalisation divides out).
+
+    Log-domain features go through :func:`log_kernel` and are shifted by each row's
+    maximum (so the largest entry of a row is 1); other features are multiplied.
+
+    Parameters
+    ----------
+    fq : Tensor of shape (..., n_q, r)
+    fk : Tensor of shape (..., n_k, r)
+        (Log-)features of the queries and of the keys.
+    log_domain : bool
+    mask : Tensor, default=None
+        Rank mask, as in :func:`attention_features`.
+
+    Returns
+    -------
+    Tensor of shape (..., n_q, n_k)
+    """
+    if log_domain:
+        return kernel_from_log(log_kernel(fq, fk, mask))
+    if mask is not None:
+        fq = fq * mask
+    return pairwise_dots(fq, fk)
+
+
+def guard_denominator(den, *, nonnegative, eps=1e-3):
+    """The denominator actually divided by.
+
+    Nonnegative kernels: ``den >= 0``, and ``den == 0`` only when a query sees no key
+    at all; the floor (the dtype's smallest normal number) then gives ``u = 0``
+    instead of NaN. Signed kernels (:ref:`theory-r7`): the sign-preserving clamp
+    ``sign(den) max(|den|, eps)`` with ``sign(0) = +1``, which keeps the exact
+    normalisation whenever ``|den| >= eps`` and bounds the output otherwise.
+
+    Parameters
+    ----------
+    den : Tensor
+    nonnegative : bool
+        Whether the kernel is nonnegative by construction.
+    eps : float, default=1e-3
+        Clamp of signed denominators (ignored when ``nonnegative``).
+
+    Returns
+    -------
+    Tensor like ``den``
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn.attention import guard_denominator
+    >>> guard_denominator(torch.tensor([-2.0, 0.0, 1e-6]), nonnegative=False, eps=0.1)
+    tensor([-2.0000,  0.1000,  0.1000])
+    """
+    if nonnegative:
+        return den.clamp_min(torch.finfo(den.dtype).tiny)
+    sign = torch.where(den < 0, -torch.ones_like(den), torch.ones_like(den))
+    return sign * den.abs().clamp_min(eps)
+
+
+def is_short(seq_len, rank, value_dim):
+    """Whether the explicit ``N x N`` kernel is cheaper than the ``r x d`` sketch.
+
+    The explicit form costs about ``N^2 (r + d)`` per sequence, the sketch ``N r d``
+    (and many tiny matrix products); Min-IP's ``N = 3`` is short for any useful rank.
+    """
+    return seq_len * (rank + value_dim) <= 2 * rank * value_dim
+
+
+class _PairDots(torch.autograd.Function):
+    """``out[..., i, j] = <a[..., i, :], c[..., j, :]>`` for a few tokens.
+
+    Works on the (feature, token, ...) views of :func:`_front` so that every product
+    runs over long contiguous rows of the leading dimensions; the backward accumulates
+    pair by pair in place.
+    """
+
+    @staticmethod
+    def forward(a, c):
+        at, ct = _front(a), _front(c)
+        na, nc = at.shape[1], ct.shape[1]
+        out = at.new_empty((nc, na) + tuple(at.shape[2:]))
+        for i in range(na):
+            for j in range(nc):
+                torch.sum(at[:, i] * ct[:, j], 0, out=out[j, i])
+        return _back(out)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def vmap(info, in_dims, a, c):
+        # the member (vmapped) dimension is one more leading dimension
+        a, c = (t.movedim(d, 0) if d is not None else t.expand(info.batch_size, *t.shape)
+                for t, d in zip((a, c), in_dims))
+        return _PairDots.apply(a, c), 0
+
+    @staticmethod
+    def backward(ctx, grad):
+        at, ct = (_front(t) for t in ctx.saved_tensors)
+        g = _front(grad)  # (N_c, N_a, ...)
+        da, dc = torch.empty_like(at), torch.empty_like(ct)
+        for i in range(at.shape[1]):
+            for j in range(ct.shape[1]):
+                gij = g[j, i]
+                if j == 0:  # the first term of each sum written, the others accumulated
+                    torch.mul(ct[:, j], gij, out=da[:, i])
+                else:
+                    da[:, i].addcmul_(ct[:, j], gij)
+                if i == 0:
+                    torch.mul(at[:, i], gij, out=dc[:, j])
+                else:
+                    dc[:, j].addcmul_(at[:, i], gij)
+        return _back(da), _back(dc)
+
+
+def _front(t):
+    """View of ``t`` (..., A, B) as (B, A, ...).
+
+    The arithmetic reduces over these first dimensions, so that its outputs keep the
+    memory layout of its inputs: in the fused forward of
+    :class:`~minip_learn.nn.HeadEnsemble` (maps stored feature-first) every product
+    and sum then runs over contiguous rows of members x sequences.
+    """
+    return t.movedim((-1, -2), (0, 1))
+
+
+def _back(t):
+    """Inverse of :func:`_front`."""
+    return t.movedim((0, 1), (-1, -2))
+
+
+def pairwise_dots(a, c):
+    """All inner products ``<a_i, c_j>`` of two token sets: shape ``(..., N_a, N_c)``.
+
+    The explicit kernel ``<phi_Q(x_i), phi_K(x_j)>`` and the readout-value products
+    ``<w(x_i), v(x_j)>``. Few tokens (Min-IP's ``N = 3``) loop over the pairs with a
+    hand-written backward over contiguous rows of the leading dimensions (faster on
+    CPU than batches of tiny matrix products or broadcast temporaries); more tokens use
+    a matrix product.
+
+    Parameters
+    ----------
+    a : Tensor of shape (..., N_a, k)
+    c : Tensor of shape (..., N_c, k)
+
+    Returns
+    -------
+    Tensor of shape (..., N_a, N_c)
+    """
+    if a.shape[-2] * c.shape[-2] <= _LOOP_TOKENS ** 2 and a.shape[:-2] == c.shape[:-2]:
+        return _PairDots.apply(a, c)
+    return a @ c.transpose(-2, -1)
+
+
+def kernel_values(alpha, v, *, nonnegative, eps=1e-3):
+    """Attended values ``u_i = sum_j alpha_ij v_j / guard(sum_j alpha_ij)``.
+
+    Parameters
+    ----------
+    alpha : Tensor of shape (..., N_q, N_k)
+        Explicit kernel (up to a positive scale per row).
+    v : Tensor of shape (..., N_k, d)
+    nonnegative : bool
+    eps : float, default=1e-3
+        As in :func:`guard_denominator`.
+
+    Returns
+    -------
+    Tensor of shape (..., N_q, d)
+    """
+    den = guard_denominator(alpha.sum(-1, keepdim=True), nonnegative=nonnegative, eps=eps)
+    if alpha.shape[-1] > _LOOP_TOKENS:
+        return (alpha @ v) / den
+    # tiny matrix products are slow on CPU: sum over keys on (N_k, N_q, d, ...) views
+    a, vv = _front(alpha), _front(v)  # (N_k, N_q, ...), (d, N_k, ...)
+    num = (a.unsqueeze(2) * vv.transpose(0, 1).unsqueeze(1)).sum(0)  # (N_q, d, ...)
+    return num.movedim((0, 1), (-2, -1)) / den
+
+
+def kernel_readout(alpha, g, b, *, nonnegative, eps=1e-3):
+    """Affine readout of the attended values, from the explicit kernel.
+
+    ``y_i = sum_j alpha_ij g_ij / guard(sum_j alpha_ij) + b_i`` with
+    ``g_ij = <w(x_i), v(x_j)>`` equals ``<w(x_i), u_i> + b(x_i)`` (the readout is
+    linear in ``u``) without forming ``u``.
+
+    Parameters
+    ----------
+    alpha, g : Tensor of shape (..., N, N)
+        Kernel and readout-value products (:func:`pairwise_dots`).
+    b : Tensor of shape (..., N)
+        Readout bias ``b(x_i)``.
+    nonnegative : bool
+    eps : float, default=1e-3
+
+    Returns
+    -------
+    Tensor of shape (..., N)
+    """
+    a, g = _front(alpha), _front(g)  # (N_k, N_q, ...): sums over keys keep the layout
+    den = guard_denominator(a.sum(0), nonnegative=nonnegative, eps=eps)
+    return ((a * g).sum(0) / den).movedim(0, -1) + b
+
+
+def sketch(phi_k, v):
+    """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v_j^T`` of shape (..., r, d)
+    and ``s = sum_j phi_K(x_j)`` of shape (..., r)."""
+    return phi_k.transpose(-2, -1) @ v, phi_k.sum(-2)
+
+
+def attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3):
+    """Attended values ``u`` of shape (..., N, d): explicit kernel or sketch.
+
+    Short sequences (:func:`is_short`) go through the explicit kernel
+    (:func:`pairwise_dots`, :func:`kernel_values`), longer ones through the sketch:
+    ``u_i = phi_Q(x_i)^T S / guard(phi_Q(x_i)^T s)``, cost ``O(N r d)``.
+
+    Parameters
+    ----------
+    phi_q, phi_k : Tensor of shape (..., N, r)
+        Features from :func:`attention_features`.
+    v : Tensor of shape (..., N, d)
+    nonnegative : bool
+    eps : float, default=1e-3
+        As in :func:`guard_denominator`.
+
+    Returns
+    -------
+    Tensor of shape (..., N, d)
+    """
+    if is_short(v.shape[-2], phi_q.shape[-1], v.shape[-1]):
+        alpha = pairwise_dots(phi_q, phi_k)
+        return kernel_values(alpha, v, nonnegative=nonnegative, eps=eps)
+    S, s = sketch(phi_k, v)
+    den = (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
+    return (phi_q @ S) / guard_denominator(den, nonnegative=nonnegative, eps=eps)
+
+
+def head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3):
+    """Output ``y_i = <w(x_i), u_i> + b(x_i)`` of a head with an affine readout.
+
+    Short sequences fold the readout into the explicit kernel
+    (:func:`kernel_readout` of the kernel and of ``<w(x_i), v(x_j)>``), longer ones
+    read out the values attended through the sketch (:func:`attend`).
+
+    Parameters
+    ----------
+    phi_q, phi_k : Tensor of shape (..., N, r)
+    v, w : Tensor of shape (..., N, d)
+    b : Tensor of shape (..., N)
+    nonnegative : bool
+    eps : float, default=1e-3
+
+    Returns
+    -------
+    Tensor of shape (..., N)
+    """
+    if is_short(v.shape[-2], phi_q.shape[-1], v.shape[-1]):
+        return kernel_readout(pairwise_dots(phi_q, phi_k), pairwise_dots(w, v), b,
+                              nonnegative=nonnegative, eps=eps)
+    return affine_readout(w, b, attend(phi_q, phi_k, v, nonnegative=nonnegative, eps=eps))
+
+
+def affine_readout(w, b, u):
+    """``rho_x(u) = <w(x), u> + b(x)``: ``w`` and ``u`` of shape (..., d), ``b`` of
+    shape (...)."""
+    return (w * u).sum(-1) + b

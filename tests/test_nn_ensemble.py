@@ -1,0 +1,172 @@
+"""HeadEnsemble's paths: fused (pairs, positions) == generic == separate heads.
+
+The fused path runs the arithmetic of ``minip_learn.nn.attention`` with a leading member
+dimension; which path an ensemble takes is read from the declarations of its modules
+(``FeatureMap.fused``, ``fused_form``) and reported by ``path`` / ``path_reason``.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from minip_learn.nn import (
+    FeatureMap,
+    HeadEnsemble,
+    KernelAttentionHead,
+    SoftmaxAttentionHead,
+    attention,
+    available_feature_maps,
+    get_feature_map,
+)
+
+TAYLOR_RANKS = {2: 3, 3: 3, 5: 6}
+FUSED = {"elu+1", "relu", "softplus", "squared_relu", "exp", "identity", "table"}
+
+
+def _tokens(n, seq_len, n_bits=5, n_distinct=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if n_distinct is None:
+        return torch.randint(0, 2, (n, seq_len, n_bits), generator=g).double()
+    vocab = torch.randint(0, 2, (n_distinct, n_bits), generator=g).double()
+    return vocab[torch.randint(0, n_distinct, (n, seq_len), generator=g)]
+
+
+def _heads(name, ranks, x, *, shared=False, dtype=torch.float64, depth=0):
+    kw = {}
+    if get_feature_map(name).requires_vocabulary:
+        kw["vocabulary"] = np.unique(x.reshape(-1, x.shape[-1]).numpy(), axis=0)
+    out = []
+    for seed, r in enumerate(ranks):
+        torch.manual_seed(seed)
+        r = TAYLOR_RANKS[r] if name == "taylor" else r
+        out.append(KernelAttentionHead(x.shape[-1], r, feature_map=name, value_dim=6,
+                                       shared_features=shared, feature_depth=depth,
+                                       feature_width=7, feature_kwargs=kw).to(dtype))
+    return out
+
+
+def _check_against_heads(ens, heads, x, tol):
+    """Outputs and gradients of every member equal those of its own head."""
+    x = x.to(ens.params[0].dtype)
+    out = ens(x)
+    w = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(1))
+    grads = torch.autograd.grad((out * w).sum(), list(ens.params))
+    for i, head in enumerate(heads):
+        ref = head(x)
+        torch.testing.assert_close(out[i], ref, rtol=tol, atol=tol)
+        ref_grads = torch.autograd.grad((ref * w[i]).sum(), list(head.parameters()))
+        for name, g, rg in zip(ens.names, grads, ref_grads):
+            torch.testing.assert_close(ens.crop(i, name, g), rg, rtol=tol, atol=tol,
+                                       msg=f"member {i}, {name}")
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("ranks", [(3, 3), (2, 5)])
+@pytest.mark.parametrize("name", available_feature_maps())
+def test_every_path_equals_separate_heads(name, ranks, shared, dtype):
+    tol = 1e-9 if dtype == torch.float64 else 2e-4
+    heads = _heads(name, ranks, _tokens(40, 3, n_distinct=6), shared=shared, dtype=dtype)
+    ens = HeadEnsemble(heads)
+    assert (ens.path != "generic") == (name in FUSED), ens.path_reason
+    inputs = {
+        "fused-pairs": _tokens(40, 3, n_distinct=6),     # tokens that repeat
+        "fused-positions": _tokens(9, 3, seed=1),       # tokens that hardly repeat
+    }
+    if name == "table":  # tokens of the vocabulary only
+        inputs["fused-positions"] = _tokens(40, 3, n_distinct=6)[:3]
+    outs = {}
+    for path, x in inputs.items():
+        outs[path] = _check_against_heads(ens, heads, x, tol)
+        assert ens.path == (path if name in FUSED else "generic"), ens.path_reason
+        # the generic path (each head's own forward on the stacked parameters) agrees
+        torch.testing.assert_close(ens._vmap_forward(x.to(dtype)), outs[path],
+                                   rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("name", ["elu+1", "exp", "identity"])
+def test_fused_sketch_form_for_long_sequences(name):
+    # seq_len 12 with rank 2 takes the sketch form, in the heads and in the ensemble
+    heads = _heads(name, (2, 2), _tokens(5, 12))
+    assert not attention.is_short(12, 2, 6)
+    ens = HeadEnsemble(heads)
+    _check_against_heads(ens, heads, _tokens(5, 12), 1e-9)
+    assert ens.path == "fused-positions"
+
+
+def test_any_leading_dimensions():
+    heads = _heads("elu+1", (2, 4), _tokens(4, 3))
+    ens = HeadEnsemble(heads)
+    x = _tokens(12, 3).reshape(2, 6, 3, 5)
+    out = ens(x)
+    assert out.shape == (2, 2, 6, 3)
+    for i, head in enumerate(heads):
+        torch.testing.assert_close(out[i], head(x), rtol=0, atol=1e-12)
+    torch.testing.assert_close(ens(x[0, 0])[:, None, None], ens(x[:1, :1]))
+
+
+def test_one_member_costs_the_plain_head():
+    # generic path: the template's forward without vmap; fused path: same numbers
+    x = _tokens(30, 3)
+    soft = SoftmaxAttentionHead(5).double()
+    ens = HeadEnsemble([soft])
+    assert ens.path == "generic" and "SoftmaxAttentionHead" in ens.path_reason
+    torch.testing.assert_close(ens(x)[0], soft(x), rtol=0, atol=0)
+    head = _heads("elu+1", (4,), x)[0]
+    torch.testing.assert_close(HeadEnsemble([head])(x)[0], head(x), rtol=0, atol=1e-12)
+
+
+def test_path_reason_names_the_module_that_cannot_fuse():
+    x = _tokens(6, 3)
+    mlp = HeadEnsemble(_heads("elu+1", (2, 2), x, depth=1))
+    assert mlp.path == "generic"
+    assert "query_features 'elu+1'" in mlp.path_reason and "MLP" in mlp.path_reason
+    rff = HeadEnsemble(_heads("rff", (2, 2), x))
+    assert rff.path == "generic" and "RandomFourierFeatures" in rff.path_reason
+    # generic stays generic and fused stays fused: nothing changes at run time
+    for ens in (mlp, rff):
+        ens(x)
+        assert ens.path == "generic"
+
+
+def test_declarations_are_read_from_the_map_class():
+    elu = get_feature_map("elu+1")(5, 3)
+    assert elu.fused_form == "linear"
+    assert get_feature_map("elu+1")(5, 3, depth=1).fused_form is None
+    assert get_feature_map("favor+")(5, 3).fused_form is None
+    assert get_feature_map("table").fused == "table"
+    taylor = get_feature_map("taylor")
+    assert taylor.kernel_nonnegative and not taylor.nonnegative
+    assert not get_feature_map("identity").kernel_nonnegative
+    assert all(get_feature_map(n).kernel_nonnegative
+               for n in available_feature_maps(nonnegative=True))
+
+    class Tanh(FeatureMap):  # a user map: signed, no fused form unless it declares one
+        nonnegative = False
+
+        def activation(self, z):
+            return torch.tanh(z)
+
+    class Tanh2(Tanh):
+        fused = "linear"
+
+    assert not Tanh.kernel_nonnegative and Tanh.fused is None
+    assert Tanh(4, 2).fused_form is None and Tanh2(4, 2).fused_form == "linear"
+    head = KernelAttentionHead(4, 2, feature_map=Tanh2)
+    assert head.nonnegative is False and head.theorem_applies is False
+    ens = HeadEnsemble([head, KernelAttentionHead(4, 2, feature_map=Tanh2)])
+    x = _tokens(5, 3, n_bits=4).float()
+    assert ens.path == "fused-positions"
+    torch.testing.assert_close(ens(x)[0], head(x))
+
+
+def test_pair_plan_is_cached_per_input():
+    heads = _heads("exp", (2, 3), _tokens(40, 3, n_distinct=5))
+    ens = HeadEnsemble(heads)
+    x = _tokens(40, 3, n_distinct=5)
+    plan = ens._pair_plan(x)
+    assert plan[3] == len(torch.unique(x.reshape(-1, 5), dim=0))
+    assert ens._pair_plan(x) is plan
+    x[0, 0] = 1 - x[0, 0]  # an in-place change makes a new plan
+    assert ens._pair_plan(x) is not plan
