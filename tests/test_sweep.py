@@ -26,7 +26,8 @@ from minip_learn.model_selection import (
     rank_sweep,
     summarize_sweep,
 )
-from minip_learn.model_selection._sweep import _assign_devices, _resolve_devices
+from minip_learn.model_selection import resolve_devices
+from minip_learn.model_selection._execution import _assign_devices
 
 
 class _Module:
@@ -226,15 +227,15 @@ def test_loky_parallel_and_device_assignment(data):
 def test_devices_resolution_and_cuda_error(monkeypatch, data):
     import torch
 
-    assert _resolve_devices(None) is None
-    assert _resolve_devices("cpu") == ["cpu"]
+    assert resolve_devices(None) is None
+    assert resolve_devices("cpu") == ["cpu"]
     assert _assign_devices(["cuda:0", "cuda:1"], 5) == [
         "cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]
     assert _assign_devices(None, 2) == [None, None]
     with pytest.raises(ValueError, match="not a valid torch device"):
-        _resolve_devices("gpu!")
+        resolve_devices("gpu!")
     with pytest.raises(ValueError, match="not supported"):
-        _resolve_devices(["cpu", "meta"])
+        resolve_devices(["cpu", "meta"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     X, y = data
     t0 = time.perf_counter()
@@ -245,9 +246,9 @@ def test_devices_resolution_and_cuda_error(monkeypatch, data):
     assert time.perf_counter() - t0 < 2  # at once, no fit started
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert _resolve_devices("cuda") == ["cuda:0", "cuda:1"]
+    assert resolve_devices("cuda") == ["cuda:0", "cuda:1"]
     with pytest.raises(ValueError, match="does not exist"):
-        _resolve_devices("cuda:2")
+        resolve_devices("cuda:2")
 
 
 def test_validation_errors(data):

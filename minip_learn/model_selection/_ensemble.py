@@ -335,7 +335,8 @@ def _fill_history(net, n_epochs, losses, errors, durations, n_samples, stop, n_s
         h.append(row)
 
 
-def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), progress=False):
+def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), params=None,
+                 progress=False):
     """Fit one estimator for many seeds (and ranks) at once, as one batched model.
 
     Every member ``clone(estimator).set_params(rank=r, random_state=s)`` is initialised
@@ -361,6 +362,10 @@ def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), progress=False
         Ranks of the members (kernel heads only); None uses ``estimator.rank``.
     seeds : int or list of int, default=(0, 1, 2)
         ``random_state`` of the members; one member per rank and seed.
+    params : list of dict, default=None
+        The members one by one instead of the product of ``ranks`` and ``seeds``: dicts
+        with keys among ``"rank"`` and ``"random_state"`` (``ranks`` and ``seeds`` are
+        then ignored).
     progress : bool, default=False
         Show a :mod:`tqdm` progress bar over epochs.
 
@@ -414,5 +419,6 @@ def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), progress=False
     >>> res.estimators[3].predict(X).shape
     (32, 2)
     """
-    members = _check_members(estimator, ranks, seeds)
+    members = _check_members(estimator, ranks, seeds) if params is None else [
+        dict(p) for p in params]
     return _fit_members(estimator, X, y, members, progress=progress)
