@@ -308,7 +308,7 @@ def test_cli_and_experiments_pass_ensemble_through(monkeypatch):
         seen.setdefault("ensemble", []).append(kwargs.get("ensemble"))
         raise KeyboardInterrupt  # stop the recipe right after its first sweep call
 
-    monkeypatch.setattr(experiments, "rank_sweep", fake_sweep)
+    monkeypatch.setattr(experiments._shared, "rank_sweep", fake_sweep)
     for name in ("witness", "length"):
         with pytest.raises(KeyboardInterrupt):
             experiments.run_experiment(name, ensemble=True, progress=False, figures=False)

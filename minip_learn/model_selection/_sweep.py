@@ -273,7 +273,7 @@ def rank_sweep(
             todo = [t for t in pending if t[2] not in done]
             elsewhere = []
 
-            def claim(task):
+            def claim(task, elsewhere=elsewhere):
                 # a fit is computed by the one run holding its lock; the others wait
                 if folder.claim(task[2]):
                     if not folder.record_path(task[2]).exists():
