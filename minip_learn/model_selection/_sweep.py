@@ -286,15 +286,18 @@ def rank_sweep(
                                devices=device_list, n_threads=n_threads,
                                certified_min_rank=certified_min_rank, keep=keep,
                                ensemble=ensemble, claim=None if folder is None else claim)
-            for row, est in results:
-                row.update({k: v for k, v in tags.items() if k not in row})
-                if folder is not None:
-                    folder.save(row, est if save_estimators else None)
-                    folder.release(row["fit_id"])
-                new_rows[row["fit_id"]] = row
-                if return_estimators:
-                    estimators[row["fit_id"]] = est
-                bar.update(1)
+            try:
+                for row, est in results:
+                    row.update({k: v for k, v in tags.items() if k not in row})
+                    if folder is not None:
+                        folder.save(row, est if save_estimators else None)
+                        folder.release(row["fit_id"])
+                    new_rows[row["fit_id"]] = row
+                    if return_estimators:
+                        estimators[row["fit_id"]] = est
+                    bar.update(1)
+            finally:
+                results.close()  # on an error or Ctrl-C: stop the workers now
             for _, _, key in elsewhere:  # wait for the other run to finish (or die)
                 folder.claim(key, wait=True)
                 folder.release(key)
