@@ -69,9 +69,16 @@ def _display_summary(summary):
     return pd.DataFrame(rows)
 
 
-def _check_lines(checks, labels):
-    """The checks as a markdown task list (``labels``: name -> text)."""
-    return [f"- [{'x' if ok else ' '}] {labels.get(name, name)}" for name, ok in checks.items()]
+def _report(title, text, table, checks, labels=None, note=None):
+    """A recipe's ``summary.md``: title, description, table, an optional note and the
+    checks as a task list (``labels``: check name -> text)."""
+    lines = [f"## {title}", "", text, "", markdown_table(table), ""]
+    if note is not None:
+        lines += [note, ""]
+    labels = labels or {}
+    lines += [f"- [{'x' if ok else ' '}] {labels.get(name, name)}"
+              for name, ok in checks.items()]
+    return "\n".join(lines)
 
 
 def _settings_text(params):

@@ -11,9 +11,27 @@ from sklearn.utils import Bunch
 
 from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionClassifier, KernelAttentionRegressor
-from ._shared import Recipe, _check_lines, _fmt, _settings_text, markdown_table
+from ._shared import Recipe, _fmt, _report, _settings_text
 
 __all__ = ["SETTINGS", "beyond_experiment"]
+
+
+def _variants(taylor_ranks):
+    """The variants of both grids; ``taylor``'s rank is ``1 + p + p(p+1)/2``."""
+    return (
+        ("baseline: table, 1 head", "regressor", {}),
+        ("baseline: exp, 1 head", "regressor", dict(feature_map="exp")),
+        ("signed: identity", "regressor", dict(feature_map="identity")),
+        ("taylor (signed features, positive kernel)", "regressor",
+         dict(feature_map="taylor", ranks=taylor_ranks)),
+        ("signed: rff", "regressor", dict(feature_map="rff")),
+        ("2 heads", "regressor", dict(n_heads=2)),
+        ("4 heads", "regressor", dict(n_heads=4)),
+        ("2 layers (exp)", "regressor", dict(n_layers=2, feature_map="exp")),
+        ("MLP readout", "regressor", dict(readout="mlp")),
+        ("argmax classifier", "classifier", {}),
+    )
+
 
 #: The grids and training settings: ``SETTINGS["quick" | "full"]``. "table" is the
 #: theorem's arbitrary map, "exp" the parametric nonnegative baseline (several layers
@@ -24,37 +42,14 @@ SETTINGS = {
         ranks=(2, 4, 8, 16),
         seeds=(0,),
         base=dict(feature_map="table", max_epochs=600, stop_tolerance=0.5),
-        variants=(
-            ("baseline: table, 1 head", "regressor", {}),
-            ("baseline: exp, 1 head", "regressor", dict(feature_map="exp")),
-            ("signed: identity", "regressor", dict(feature_map="identity")),
-            ("taylor (signed features, positive kernel)", "regressor", dict(feature_map="taylor", ranks=(3, 6, 10, 15))),
-            ("signed: rff", "regressor", dict(feature_map="rff")),
-            ("2 heads", "regressor", dict(n_heads=2)),
-            ("4 heads", "regressor", dict(n_heads=4)),
-            ("2 layers (exp)", "regressor", dict(n_layers=2, feature_map="exp")),
-            ("MLP readout", "regressor", dict(readout="mlp")),
-            ("argmax classifier", "classifier", {}),
-        ),
+        variants=_variants(taylor_ranks=(3, 6, 10, 15)),
     ),
     "full": dict(
         suite=dict(n_bits=24, seq_len=3, construction="small"),
         ranks=(1, 2, 4, 6, 8, 12, 16, 32),
         seeds=(0, 1, 2),
         base=dict(feature_map="table", max_epochs=2000, stop_tolerance=0.5),
-        variants=(
-            ("baseline: table, 1 head", "regressor", {}),
-            ("baseline: exp, 1 head", "regressor", dict(feature_map="exp")),
-            ("signed: identity", "regressor", dict(feature_map="identity")),
-            ("taylor (signed features, positive kernel)", "regressor",
-             dict(feature_map="taylor", ranks=(3, 6, 10, 15, 21, 28))),
-            ("signed: rff", "regressor", dict(feature_map="rff")),
-            ("2 heads", "regressor", dict(n_heads=2)),
-            ("4 heads", "regressor", dict(n_heads=4)),
-            ("2 layers (exp)", "regressor", dict(n_layers=2, feature_map="exp")),
-            ("MLP readout", "regressor", dict(readout="mlp")),
-            ("argmax classifier", "classifier", {}),
-        ),
+        variants=_variants(taylor_ranks=(3, 6, 10, 15, 21, 28)),
     ),
 }
 
@@ -78,17 +73,8 @@ def _capacity_columns(est, X):
                 capacity_ratio=check.ratio)
 
 
-def beyond_experiment(
-    *,
-    quick=True,
-    out=None,
-    n_jobs=None,
-    devices=None,
-    progress=True,
-    figures=True,
-    ensemble=False,
-    **settings,
-):
+def beyond_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
+                      figures=True, ensemble=False, **settings):
     """Variants outside the theorem on a certified witness suite.
 
     On the m = 24 ``"small"`` witness suite (190 length-3 sequences, certified minimum
@@ -224,9 +210,8 @@ def _beyond_display(summary):
 
 def _beyond_markdown(suite, cfg, summary, below, checks):
     bound = int(suite.certified_min_rank)
-    lines = [
-        "## Beyond the theorem: variants against the certified bound",
-        "",
+    return _report(
+        "Beyond the theorem: variants against the certified bound",
         f"Suite `{suite.construction}`: {len(suite.X)} sequences of length "
         f"{suite.X.shape[1]} over {suite.X.shape[2]}-bit tokens; certified minimum rank "
         f"**{bound}** for a single nonnegative head with an affine readout (R5). Shared "
@@ -235,16 +220,11 @@ def _beyond_markdown(suite, cfg, summary, below, checks):
         "theorem: solving below the bound is allowed for them and is reported as a "
         "finding. The R8 column compares the model's channel capacity (heads x layers "
         "x rank x significand bits) with the transcript bound of one sequence.",
-        "",
-        markdown_table(_beyond_display(summary)),
-        "",
-        "Solved below the certified bound: " + ", ".join(
+        _beyond_display(summary), checks,
+        note="Solved below the certified bound: " + ", ".join(
             f"{name}: {'rank ' + str(r) if r is not None else 'no'}"
             for name, r in below.items()) + ".",
-        "",
-    ]
-    lines += _check_lines(checks, {
-        "no_covered_fit_solved_below_bound": f"no fit covered by the theorem solved below "
-                                             f"rank {bound}",
-    })
-    return "\n".join(lines)
+        labels={
+            "no_covered_fit_solved_below_bound": "no fit covered by the theorem solved "
+                                                 f"below rank {bound}",
+        })

@@ -11,7 +11,7 @@ from sklearn.utils import Bunch
 from ..datasets import check_token_leakage, make_ood_minip
 from ..estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from ..metrics import max_abs_error, sequence_exact_match, solved, token_accuracy
-from ._shared import Recipe, _check_lines, _fmt, _settings_text, markdown_table
+from ._shared import Recipe, _fmt, _report, _settings_text
 
 __all__ = ["SETTINGS", "ood_experiment"]
 
@@ -92,17 +92,8 @@ def _jump_ranks(summary, threshold):
     return jumps
 
 
-def ood_experiment(
-    *,
-    quick=True,
-    out=None,
-    n_jobs=None,
-    devices=None,
-    progress=True,
-    figures=True,
-    ensemble=False,
-    **settings,
-):
+def ood_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
+                   figures=True, ensemble=False, **settings):
     """Out-of-distribution scaling: exact-match on unseen tokens over rank, per scale.
 
     For every problem scale (``n_bits`` and token-pool size) a token pool is split into
@@ -231,33 +222,27 @@ def _ood_markdown(cfg, datasets, summary, jumps, checks):
         f"{d.params['n_test_tokens']} test tokens, {len(d.X_train)} / {len(d.X_test)} "
         f"sequences" for d in datasets)
     thr = cfg["threshold"]
-    lines = [
-        "## Out-of-distribution scaling: disjoint train/test token pools",
-        "",
+    return _report(
+        "Out-of-distribution scaling: disjoint train/test token pools",
         f"Scales: {scales}. Hard length-3 sequences (min_gap="
         f"{cfg['data'].get('min_gap', 2)}); no test token occurs in training. Kernel: "
         + _settings_text(cfg["kernel"])
         + f"; seeds {list(cfg['seeds'])}. Softmax: seeds {list(cfg['softmax_seeds'])}. "
         "Exact-match is the fraction of sequences with every position within 1/2; "
         "*test solved* counts fits that are exact on every test sequence.",
-        "",
-        markdown_table(_ood_display(summary)),
-        "",
-        "Jump rank (smallest rank whose every seed reaches test exact-match "
-        f">= {thr}): " + ", ".join(
-            f"m = {datasets[s].params['n_bits']}: "
-            + (str(j) if j is not None else f"not reached (ranks <= {max(cfg['ranks'])})")
-            for s, j in jumps.items()) + ".",
-        "",
-    ]
-    lines += _check_lines(checks, {
-        "no_token_leakage": "no token shared between the training and test pools",
-        "softmax_exact_on_test_every_seed": "dense softmax exact on the held-out pool for "
-                                            "every seed and scale",
-        "kernel_jump_found_at_smallest_scale": f"kernel test exact-match >= {thr} "
-                                               "reached at the smallest scale",
-        "jump_rank_nondecreasing_with_scale": "the jump rank does not decrease as the "
-                                              "problem grows (not reached = beyond the "
-                                              "largest rank tried)",
-    })
-    return "\n".join(lines)
+        _ood_display(summary), checks,
+        note="Jump rank (smallest rank whose every seed reaches test exact-match "
+             f">= {thr}): " + ", ".join(
+                 f"m = {datasets[s].params['n_bits']}: "
+                 + (str(j) if j is not None else f"not reached (ranks <= {max(cfg['ranks'])})")
+                 for s, j in jumps.items()) + ".",
+        labels={
+            "no_token_leakage": "no token shared between the training and test pools",
+            "softmax_exact_on_test_every_seed": "dense softmax exact on the held-out pool "
+                                                "for every seed and scale",
+            "kernel_jump_found_at_smallest_scale": f"kernel test exact-match >= {thr} "
+                                                   "reached at the smallest scale",
+            "jump_rank_nondecreasing_with_scale": "the jump rank does not decrease as the "
+                                                  "problem grows (not reached = beyond the "
+                                                  "largest rank tried)",
+        })

@@ -15,7 +15,7 @@ from sklearn.utils import Bunch
 from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from ..model_selection import summarize_sweep
-from ._shared import Recipe, _check_lines, _display_summary, _settings_text, markdown_table
+from ._shared import Recipe, _display_summary, _report, _settings_text
 
 __all__ = ["SETTINGS", "witness_experiment"]
 
@@ -48,17 +48,8 @@ SETTINGS = {
 }
 
 
-def witness_experiment(
-    *,
-    quick=True,
-    out=None,
-    n_jobs=None,
-    devices=None,
-    progress=True,
-    figures=True,
-    ensemble=False,
-    **settings,
-):
+def witness_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
+                       figures=True, ensemble=False, **settings):
     """Phase transition on a witness suite: kernel heads over rank vs dense softmax.
 
     Parameters
@@ -158,29 +149,23 @@ def witness_experiment(
 
 def _witness_markdown(suite, cfg, summary, checks, solving):
     X = suite.X
-    lines = [
-        "## Witness suite: phase transition over feature rank",
-        "",
+    return _report(
+        "Witness suite: phase transition over feature rank",
         f"Suite `{suite.construction}`: {len(X)} sequences of length {X.shape[1]} over "
         f"{suite.constructive_rank} distinct {X.shape[2]}-bit tokens; certified minimum "
         f"rank **{suite.certified_min_rank}** (theory, R5), constructive rank "
         f"**{suite.constructive_rank}** (theory, R3). Kernel: "
         + _settings_text(cfg["kernel"])
         + f"; seeds {list(cfg['seeds'])}. Softmax seeds {list(cfg['softmax_seeds'])}.",
-        "",
-        markdown_table(_display_summary(summary)),
-        "",
-        f"Smallest solving kernel rank: {solving[0] if solving else 'none'}.",
-        "",
-    ]
-    lines += _check_lines(checks, {
-        "none_solved_below_bound": f"no kernel fit below the certified bound "
-                                   f"{suite.certified_min_rank} solved",
-        "solved_at_or_below_constructive_rank": f"solved at some rank <= constructive rank "
-                                                f"{suite.constructive_rank}",
-        "softmax_solved_every_seed": "dense softmax solved for every seed",
-    })
-    return "\n".join(lines)
+        _display_summary(summary), checks,
+        note=f"Smallest solving kernel rank: {solving[0] if solving else 'none'}.",
+        labels={
+            "none_solved_below_bound": "no kernel fit below the certified bound "
+                                       f"{suite.certified_min_rank} solved",
+            "solved_at_or_below_constructive_rank": "solved at some rank <= constructive "
+                                                    f"rank {suite.constructive_rank}",
+            "softmax_solved_every_seed": "dense softmax solved for every seed",
+        })
 
 
 def _witness_figures(suite, summary, bound, constructive, kern):
