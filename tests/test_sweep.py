@@ -450,7 +450,7 @@ _SHARE_SCRIPT = _KILL_SCRIPT.replace(
     '           seeds=[0, 1, 2], out=sys.argv[1], name="killme", progress=False)',
     'res = rank_sweep(MemorizingRegressor(sleep=float(sys.argv[2])), X, y,\n'
     '                 ranks=[1, 2, 4, 8], seeds=[0, 1, 2], out=sys.argv[1], name="shared",\n'
-    '                 n_jobs=2, progress=False)\n'
+    '                 n_jobs=1, progress=False)\n'
     'print("computed", res.n_computed, "rows", len(res.results),\n'
     '      "unique", res.results["fit_id"].is_unique)')
 
@@ -460,7 +460,7 @@ def test_two_processes_share_one_folder(tmp_path):
     script = tmp_path / "share.py"
     script.write_text(_SHARE_SCRIPT)
     out = tmp_path / "out"
-    procs = [subprocess.Popen([sys.executable, str(script), str(out), "0.3"],
+    procs = [subprocess.Popen([sys.executable, str(script), str(out), "1.0"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     outputs = [p.communicate(timeout=120) for p in procs]
@@ -469,6 +469,8 @@ def test_two_processes_share_one_folder(tmp_path):
         assert "rows 12 unique True" in stdout
     computed = [int(stdout.split()[1]) for stdout, _ in outputs]
     assert sum(computed) == 12  # each fit computed once, by one of the two
+    pids = {p.pid for p in procs}
+    assert set(load_sweep(out)["pid"]) <= pids
     files = list(out.glob("*/fit-*.json"))
     assert len(files) == 12 and not list(out.glob("*/.tmp-*"))
     assert len(load_sweep(out)) == 12

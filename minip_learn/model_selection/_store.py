@@ -377,7 +377,9 @@ class RunFolder:
 
         if key not in self._locks:
             (self.path / _LOCKS).mkdir(exist_ok=True)
-            self._locks[key] = FileLock(self.path / _LOCKS / f"{key}.lock")
+            # claimed in joblib's dispatching thread, released in the main one
+            self._locks[key] = FileLock(self.path / _LOCKS / f"{key}.lock",
+                                        thread_local=False)
         return self._locks[key]
 
     def claim(self, key, *, wait=False):
@@ -400,7 +402,7 @@ class RunFolder:
     def release(self, key):
         lock = self._locks.pop(key, None)
         if lock is not None:
-            lock.release()
+            lock.release(force=True)
 
     def release_all(self):
         for key in list(self._locks):

@@ -265,8 +265,8 @@ def rank_sweep(
                         est = folder.load_estimator(row)
                         if est is not None:
                             estimators[key] = est
-                        elif save_estimators:
-                            row = None  # the estimator is wanted: fit again
+                        elif save_estimators or not folder.record_path(key).exists():
+                            row = None  # wanted, or moved aside with its record: fit again
                     if row is not None:
                         done[key] = row
                         bar.update(1)
