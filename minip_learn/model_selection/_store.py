@@ -361,6 +361,21 @@ class RunFolder:
                             f"its saved estimator {path.name} cannot be loaded")
             return None
 
+    def finished(self, key, *, estimator=False, require_estimator=False):
+        """``(record, estimator)`` of a finished fit; ``(None, None)`` to compute it.
+
+        With ``estimator=True`` the saved estimator is loaded too (None when there is
+        none); a fit whose estimator was moved aside, or that has none while
+        ``require_estimator``, is to be computed again.
+        """
+        row = self.read_record(key)
+        if row is None or not estimator:
+            return row, None
+        est = self.load_estimator(row)
+        if est is None and (require_estimator or not self.record_path(key).exists()):
+            return None, None
+        return row, est
+
     def save(self, row, estimator=None):
         """Write a finished fit: the estimator first (when given), then its record."""
         key = row["fit_id"]

@@ -260,16 +260,13 @@ def rank_sweep(
         while pending:
             if folder is not None:  # finished fits, by an earlier or a concurrent run
                 for _, _, key in pending:
-                    row = folder.read_record(key)
-                    if row is not None and return_estimators:
-                        est = folder.load_estimator(row)
-                        if est is not None:
-                            estimators[key] = est
-                        elif save_estimators or not folder.record_path(key).exists():
-                            row = None  # wanted, or moved aside with its record: fit again
+                    row, est = folder.finished(key, estimator=return_estimators,
+                                               require_estimator=save_estimators)
                     if row is not None:
                         done[key] = row
                         bar.update(1)
+                    if est is not None:
+                        estimators[key] = est
             todo = [t for t in pending if t[2] not in done]
             elsewhere = []
 
