@@ -60,7 +60,8 @@ def length_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     quick : bool, default=True
         ``SETTINGS["length"]["quick"]`` or ``["full"]``.
     out, n_jobs, devices, progress, figures, ensemble
-        As in :func:`~minip_learn.experiments.witness_experiment` (figure: ``length_transition.png``).
+        As in :func:`~minip_learn.experiments.witness_experiment` (figure:
+        ``length_transition.png``).
     **settings
         Overrides: ``suite``, ``seq_lens``, ``ranks``, ``seeds``, ``kernel``.
 

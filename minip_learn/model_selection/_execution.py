@@ -153,8 +153,8 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
                 f"fit {key!r} ({type(est).__name__} rank={rank}, seed={seed}, "
                 f"params={params}) reports the family solved, but its certified minimum "
                 f"rank is {certified_min_rank}: no nonnegative kernel head of rank "
-                f"{rank} can solve it (see the theory page, section R5). This is a bug (in the metric, the "
-                "head or the certificate); the fit is not recorded."
+                f"{rank} can solve it (see the theory page, section R5). This is a bug (in "
+                "the metric, the head or the certificate); the fit is not recorded."
             )
 
     row = {

@@ -430,8 +430,8 @@ def _short(exc):
 
 def _foreign_reason(row, stamp):
     if row.get("minip_learn_version") != stamp["minip_learn_version"]:
-        return (f"written by minip_learn {row.get('minip_learn_version') or 'an unknown version'}, "
-                f"not {stamp['minip_learn_version']}")
+        theirs = row.get("minip_learn_version") or "an unknown version"
+        return f"written by minip_learn {theirs}, not {stamp['minip_learn_version']}"
     return (f"written for another configuration ({row.get('config_id')}, "
             f"not {stamp['config_id']})")
 
