@@ -42,8 +42,8 @@ _CORRUPT = "corrupt"
 _FOREIGN = "foreign"
 #: subfolders of a run folder that hold no live results
 _ASIDE = (_CORRUPT, _FOREIGN, _LOCKS)
-#: columns of a record that tie it to its run folder
-_STAMP = ("config_id", "minip_learn_version")
+#: fields of a record on disk that are about the file, not the fit
+_FILE_FIELDS = ("config_id", "minip_learn_version", "estimator_sha256")
 #: columns that hold booleans (None while unknown)
 _BOOL_COLUMNS = ("solved", "below_certified_bound", "nonnegative", "theorem_applies")
 
@@ -327,6 +327,10 @@ class RunFolder:
             return None
         return row
 
+    def _fit_row(self, record):
+        """A record without its file fields: the row of the fit, as a sweep returns it."""
+        return {k: v for k, v in record.items() if k not in _FILE_FIELDS}
+
     def read_records(self, keys):
         """``{key: record}`` of the finished fits among ``keys``."""
         rows = {}
@@ -368,23 +372,26 @@ class RunFolder:
         none); a fit whose estimator was moved aside, or that has none while
         ``require_estimator``, is to be computed again.
         """
-        row = self.read_record(key)
-        if row is None or not estimator:
-            return row, None
-        est = self.load_estimator(row)
-        if est is None and (require_estimator or not self.record_path(key).exists()):
+        record = self.read_record(key)
+        if record is None:
             return None, None
-        return row, est
+        est = self.load_estimator(record) if estimator else None
+        if estimator and est is None and (require_estimator
+                                          or not self.record_path(key).exists()):
+            return None, None
+        return self._fit_row(record), est
 
     def save(self, row, estimator=None):
-        """Write a finished fit: the estimator first (when given), then its record."""
+        """Write a finished fit: the estimator first (when given), then its record (the
+        row, stamped with this folder's ``config_id`` and version and the estimator
+        file's SHA-256)."""
         key = row["fit_id"]
-        row.update(self.stamp)
+        record = {**row, **self.stamp}
         if estimator is not None:
             path = self.estimator_path(key)
             _dump_atomic(path, estimator)
-            row["estimator_sha256"] = _file_sha256(path)
-        _write_json_atomic(self.record_path(key), row)
+            record["estimator_sha256"] = _file_sha256(path)
+        _write_json_atomic(self.record_path(key), record)
 
     # -- claims of fits (several sweeps on one folder) -------------------------------------
     def _lock(self, key):
