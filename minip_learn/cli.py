@@ -8,31 +8,73 @@ Also available as ``python -m minip_learn``. Writes, per experiment, ``results.c
 (one row per fit), ``summary.csv``, ``summary.md`` and PNG figures into
 ``--out/<experiment>/`` (fits are stored under ``--out/<experiment>/runs/``, so an
 interrupted run resumes where it stopped), prints the markdown summary and says where
-the files are. The exit status is 0 when every expected behaviour was observed, 1
-otherwise.
+the files are.
+
+Exit status: 0 when every expected behaviour was observed, 1 when one was not or a
+file could not be written, 2 on a bad option or an output folder that cannot be
+written (both reported before any fit starts), 130 after Ctrl-C (SIGINT) and 143 after
+SIGTERM (the finished fits are kept: the same command resumes).
 """
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import time
+import warnings
 from pathlib import Path
 
 __all__ = ["build_parser", "main"]
 
 
+# -- option types: a bad value is refused by the parser, naming the option ---------------
 def _devices(text):
+    import torch
+
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise argparse.ArgumentTypeError("give a device such as cpu, cuda or cuda:0,cuda:1")
+    for item in items:
+        try:
+            kind = torch.device(item).type
+        except (RuntimeError, ValueError):
+            kind = None
+        if kind not in ("cpu", "cuda", "mps"):
+            raise argparse.ArgumentTypeError(
+                f"unknown device {item!r}; use cpu, cuda, cuda:N or mps")
     return items[0] if len(items) == 1 else items
 
 
-def _int_list(text):
+def _int(text, minimum, what):
     try:
-        return tuple(int(t) for t in text.split(",") if t.strip())
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}; got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}; got {text!r}")
+    return value
+
+
+def _int_list(minimum, what):
+    def parse(text):
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected comma-separated {what}; got {text!r}")
+        try:
+            return tuple(_int(t, minimum, what) for t in items)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated {what}; got {text!r}") from None
+
+    return parse
+
+
+def _n_jobs(text):
+    value = _int(text, -(10**6), "a nonzero integer (-1: all cores)")
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a nonzero integer (-1: all cores); got '0'")
+    return value
 
 
 def build_parser():
@@ -70,16 +112,16 @@ def build_parser():
                      help="small grid: a few minutes on 2 cores (default: the full grid)")
     rep.add_argument("--out", default="minip-results", type=Path,
                      help="output folder (default: minip-results/)")
-    rep.add_argument("--n-jobs", type=int, default=None,
+    rep.add_argument("--n-jobs", type=_n_jobs, default=None,
                      help="parallel fits (default: number of CPU cores; -1 all cores)")
     rep.add_argument("--devices", type=_devices, default=None,
                      help="torch devices: cpu, cuda, or a list such as cuda:0,cuda:1")
-    rep.add_argument("--ranks", type=_int_list, default=None,
+    rep.add_argument("--ranks", type=_int_list(1, "positive integers"), default=None,
                      help="override the ranks, e.g. 8,16,64")
-    rep.add_argument("--seeds", type=_int_list, default=None,
+    rep.add_argument("--seeds", type=_int_list(0, "nonnegative integers"), default=None,
                      help="override the kernel seeds, e.g. 0,1,2")
-    rep.add_argument("--max-epochs", type=int, default=None,
-                     help="override max_epochs of every fit")
+    rep.add_argument("--max-epochs", type=lambda t: _int(t, 1, "a positive integer"),
+                     default=None, help="override max_epochs of every fit")
     rep.add_argument("--no-progress", action="store_true", help="no progress bars")
     rep.add_argument("--ensemble", action="store_true",
                      help="train the seeds and ranks of each sweep as batched ensembles "
@@ -87,6 +129,7 @@ def build_parser():
     return parser
 
 
+# -- reproduce ---------------------------------------------------------------------------
 def _run(args, name):
     from .experiments import run_experiment
 
@@ -102,6 +145,68 @@ def _run(args, name):
     return run_experiment(name, **kwargs)
 
 
+def _reproduce(args):
+    from .model_selection import check_writable, resolve_devices
+
+    if args.n_jobs is None:
+        args.n_jobs = os.cpu_count() or 1
+    names = ["witness", "length"] if args.experiment == "all" else [args.experiment]
+    resolve_devices(args.devices)
+    for name in names:  # before any fit: every output folder can be written
+        check_writable(args.out / name / "runs")
+    t0 = time.perf_counter()
+    ok = True
+    texts = []
+    for name in names:
+        args.running = args.out / name
+        res = _run(args, name)
+        texts.append(res.markdown)
+        print(res.markdown)
+        print()
+        print(f"[{name}] {len(res.results)} fits in {res.elapsed:.0f} s; files in "
+              f"{args.out / name}/:")
+        for path in res.files.values():
+            print(f"  {path}")
+        print()
+        ok &= all(res.checks.values())
+    if len(names) > 1:
+        (args.out / "summary.md").write_text("\n\n".join(texts) + "\n")
+        print(f"Combined summary: {args.out / 'summary.md'}")
+    status = "all expected behaviours observed" if ok else "SOME EXPECTED BEHAVIOURS NOT OBSERVED"
+    print(f"Done in {time.perf_counter() - t0:.0f} s: {status}.")
+    return 0 if ok else 1
+
+
+_COMMANDS = {"reproduce": _reproduce}
+
+
+# -- faults: one line on standard error, an exit status, no traceback ---------------------
+class _Stop(KeyboardInterrupt):
+    """Raised in the main thread by SIGINT or SIGTERM."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stop(signum, frame):
+    raise _Stop(signum)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"minip-learn: warning: {message}", file=sys.stderr if file is None else file)
+
+
+def _interrupted(args, signum):
+    where = getattr(args, "running", None)
+    name = signal.Signals(signum).name
+    print(f"\nminip-learn: stopped by {name}.", file=sys.stderr)
+    if where is not None:
+        print(f"Finished fits are kept in {where / 'runs'}/; run the same command again "
+              "to resume.", file=sys.stderr)
+    return 128 + signum
+
+
 def main(argv=None):
     """Entry point of the ``minip-learn`` console script; returns the exit status.
 
@@ -113,45 +218,41 @@ def main(argv=None):
     Returns
     -------
     status : int
-        0 when every expected behaviour was observed, 1 when a check failed, 2 on a
-        bad option (reported on standard error before any fit starts).
+        0 when every expected behaviour was observed; 1 when a check failed or a file
+        could not be written; 2 on a bad option or an output folder that cannot be
+        written (reported on standard error before any fit starts; a value the parser
+        refuses exits with 2 as well); 130 or 143 when stopped by SIGINT (Ctrl-C) or
+        SIGTERM.
 
     Examples
     --------
     >>> from minip_learn.cli import main
-    >>> main(["reproduce", "witness", "--devices", "tpu"])
+    >>> main(["reproduce", "witness", "--out", "/dev/null/results"])
     2
     """
     os.environ.setdefault("MPLBACKEND", "Agg")
     args = build_parser().parse_args(argv)
-    if args.n_jobs is None:
-        args.n_jobs = os.cpu_count() or 1
-    names = ["witness", "length"] if args.experiment == "all" else [args.experiment]
-    t0 = time.perf_counter()
-    ok = True
-    texts = []
-    for name in names:
-        try:
-            res = _run(args, name)
-        except ValueError as exc:  # bad option (e.g. CUDA asked for where there is none)
-            print(f"minip-learn: error: {exc}", file=sys.stderr)
-            return 2
-        texts.append(res.markdown)
-        print(res.markdown)
-        print()
-        print(f"[{name}] {len(res.results)} fits in {res.elapsed:.0f} s; files in "
-              f"{args.out / name}/:")
-        for path in res.files.values():
-            print(f"  {path}")
-        print()
-        ok &= all(res.checks.values())
-    if len(names) > 1:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "summary.md").write_text("\n\n".join(texts) + "\n")
-        print(f"Combined summary: {args.out / 'summary.md'}")
-    status = "all expected behaviours observed" if ok else "SOME EXPECTED BEHAVIOURS NOT OBSERVED"
-    print(f"Done in {time.perf_counter() - t0:.0f} s: {status}.")
-    return 0 if ok else 1
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handlers[signum] = signal.signal(signum, _raise_stop)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _one_line_warning
+            return _COMMANDS[args.command](args)
+    except KeyboardInterrupt as exc:
+        return _interrupted(args, getattr(exc, "signum", signal.SIGINT))
+    except ValueError as exc:  # bad option (e.g. CUDA asked for where there is none)
+        print(f"minip-learn: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file that could not be written (e.g. a full disk)
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"minip-learn: error: cannot write{where}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,7 +9,7 @@
 * :func:`plot_variant_sweep` -- solved fraction vs rank for model variants (signed
   maps, several heads/layers, nonlinear readouts) against a certified bound.
 * :func:`plot_kernel_heatmap` -- a fitted kernel head's matrix ``alpha(x_i, k_j)`` on a
-  witness suite's queries and designated keys (the approximate identity of THEORY R5).
+  witness suite's queries and designated keys (the approximate identity of :ref:`theory-r5`).
 
 Each function draws on ``ax`` (a new figure when None) and returns the axes.
 :mod:`matplotlib.pyplot` is imported only when a function is called.
@@ -19,6 +19,24 @@ import numpy as np
 
 __all__ = ["kernel_matrix", "plot_kernel_heatmap", "plot_length_transition",
            "plot_ood_transition", "plot_phase_transition", "plot_variant_sweep"]
+
+
+#: The parameters and return value every plotting function shares.
+_AXES_DOC = """ax : matplotlib Axes, default=None
+        Axes to draw on; None draws on a new figure.
+    title : str, default=None
+        Title; None uses the plot's own.
+
+    Returns
+    -------
+    ax : matplotlib Axes
+        The axes drawn on."""
+
+
+def _plot_doc(func):
+    """Complete ``func``'s docstring with the shared ``ax``/``title``/``Returns`` part."""
+    func.__doc__ = func.__doc__.replace("%(axes)s", _AXES_DOC)
+    return func
 
 
 def _axes(ax, figsize=(6.4, 4.2)):
@@ -42,6 +60,7 @@ def _series_label(row, columns):
     return " ".join(parts)
 
 
+@_plot_doc
 def plot_phase_transition(
     summary,
     *,
@@ -63,15 +82,10 @@ def plot_phase_transition(
         Drawn as a vertical line (no nonnegative kernel head below it can solve the
         family). None reads it from the ``certified_min_rank`` column when present.
     constructive_rank : int, default=None
-        Drawn as a vertical line (a rank that provably suffices, THEORY R3).
+        Drawn as a vertical line (a rank that provably suffices, see :ref:`theory-r3`).
     show_exact_match : bool, default=True
         Also draw the mean sequence exact-match (dashed).
-    ax : matplotlib Axes, default=None
-    title : str, default=None
-
-    Returns
-    -------
-    ax : matplotlib Axes
+    %(axes)s
 
     Examples
     --------
@@ -126,10 +140,11 @@ def plot_phase_transition(
                              title or "Phase transition: exact solving vs feature rank")
 
 
+@_plot_doc
 def plot_length_transition(summary, *, certified_min_rank=None, ax=None, title=None):
     """Solved fraction vs rank, one line per sequence length (``seq_len`` column).
 
-    Lengths 1 and 2 are solved at rank 1 (THEORY R1); length 3 needs a rank above the
+    Lengths 1 and 2 are solved at rank 1 (see :ref:`theory-r1`); length 3 needs a rank above the
     certified bound of its family.
 
     Parameters
@@ -140,12 +155,7 @@ def plot_length_transition(summary, *, certified_min_rank=None, ax=None, title=N
     certified_min_rank : int or dict, default=None
         Certified bound (or ``{seq_len: bound}``) drawn as vertical lines; None reads
         the ``certified_min_rank`` column when present.
-    ax : matplotlib Axes, default=None
-    title : str, default=None
-
-    Returns
-    -------
-    ax : matplotlib Axes
+    %(axes)s
 
     Examples
     --------
@@ -215,8 +225,8 @@ def kernel_matrix(estimator, queries, keys, *, normalize="diagonal"):
         Its head is ``estimator.net_.module_`` (it must have ``kernel(queries, keys)``).
     queries, keys : array-like of shape (n, n_bits)
     normalize : {"diagonal", "row", None}, default="diagonal"
-        ``"diagonal"`` divides row ``a`` by ``alpha(q_a, k_a)`` (the matrix B of THEORY
-        R5: unit diagonal, off-diagonal below ``eps`` for a solving head); ``"row"``
+        ``"diagonal"`` divides row ``a`` by ``alpha(q_a, k_a)`` (the matrix B of
+        :ref:`theory-r5`: unit diagonal, off-diagonal below ``eps`` for a solving head); ``"row"``
         divides by the row sum (attention weights); None returns the raw values (up to
         a positive scale per row).
 
@@ -261,13 +271,14 @@ def kernel_matrix(estimator, queries, keys, *, normalize="diagonal"):
     return K
 
 
+@_plot_doc
 def plot_kernel_heatmap(estimator, queries, keys, *, normalize="diagonal", log=True,
                         ax=None, title=None):
     """Heatmap of a fitted head's kernel on a suite's queries and designated keys.
 
     For a witness suite (``suite.queries``, ``suite.designated_keys``) a solving
     nonnegative head must make the diagonal-normalised matrix an approximate identity
-    (off-diagonal entries below ``eps``, THEORY R5); its rank is then at least the
+    (off-diagonal entries below ``eps``, see :ref:`theory-r5`); its rank is then at least the
     certified bound.
 
     Parameters
@@ -278,21 +289,16 @@ def plot_kernel_heatmap(estimator, queries, keys, *, normalize="diagonal", log=T
         See :func:`kernel_matrix`.
     log : bool, default=True
         Colour by ``log10`` of the (nonnegative) values.
-    ax : matplotlib Axes, default=None
-    title : str, default=None
-
-    Returns
-    -------
-    ax : matplotlib Axes
+    %(axes)s
 
     Examples
     --------
     >>> from minip_learn.datasets import make_witness_suite
-    >>> from minip_learn.theory import exact_kernel_realization
     >>> from minip_learn.plotting import plot_kernel_heatmap
+    >>> from minip_learn.theory import exact_kernel_realization
     >>> suite = make_witness_suite(construction="small")
-    >>> est = exact_kernel_realization(tokens=suite.tokens)
-    >>> ax = plot_kernel_heatmap(est, suite.queries, suite.designated_keys)
+    >>> ax = plot_kernel_heatmap(exact_kernel_realization(tokens=suite.tokens),
+    ...                          suite.queries, suite.designated_keys, log=False)
     >>> ax.images[0].get_array().shape == (len(suite.queries),) * 2
     True
     """
@@ -316,6 +322,7 @@ def plot_kernel_heatmap(estimator, queries, keys, *, normalize="diagonal", log=T
     return ax
 
 
+@_plot_doc
 def plot_ood_transition(summary, *, threshold=None, ax=None, title=None):
     """Held-out exact-match vs feature rank, one curve per problem scale.
 
@@ -329,12 +336,7 @@ def plot_ood_transition(summary, *, threshold=None, ax=None, title=None):
         colour of their scale.
     threshold : float, default=None
         Test exact-match counted as the jump, drawn as a thin horizontal line.
-    ax : matplotlib Axes, default=None
-    title : str, default=None
-
-    Returns
-    -------
-    ax : matplotlib Axes
+    %(axes)s
 
     Examples
     --------
@@ -370,6 +372,7 @@ def plot_ood_transition(summary, *, threshold=None, ax=None, title=None):
     return ax
 
 
+@_plot_doc
 def plot_variant_sweep(summary, *, metric="exact_match", certified_min_rank=None, ax=None,
                        title=None):
     """Exact-match (or solved fraction) vs feature rank, one curve per model variant.
@@ -385,13 +388,8 @@ def plot_variant_sweep(summary, *, metric="exact_match", certified_min_rank=None
         Column on the y axis (``"solved_fraction"`` for the solved fraction).
     certified_min_rank : int, default=None
         Vertical line: below it no single nonnegative head with an affine readout can
-        solve the family (THEORY R5).
-    ax : matplotlib Axes, default=None
-    title : str, default=None
-
-    Returns
-    -------
-    ax : matplotlib Axes
+        solve the family (see :ref:`theory-r5`).
+    %(axes)s
 
     Examples
     --------

@@ -16,7 +16,7 @@ from minip_learn import (
     SoftmaxAttentionRegressor,
 )
 from minip_learn.datasets import make_minip, make_witness_suite
-from minip_learn.model_selection._sweep import _fit_and_score
+from minip_learn.model_selection._execution import _fit_and_score
 from minip_learn.nn import (
     KernelAttentionHead,
     KernelAttentionModel,

@@ -92,3 +92,148 @@ def test_python_dash_m_help(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--quick" in out and "witness" in out
+
+
+# -- faults: bad values, unwritable folders, damaged results, signals ---------------------
+@pytest.mark.parametrize("option, value", [
+    ("--ranks", "0,-3"), ("--ranks", "a,b"), ("--ranks", ","), ("--n-jobs", "0"),
+    ("--n-jobs", "two"), ("--seeds", "x"), ("--seeds", "-1"), ("--max-epochs", "-5"),
+    ("--max-epochs", "0"), ("--devices", "tpu"), ("--devices", "cuda:x"),
+])
+def test_bad_values_are_refused_by_the_parser(option, value, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["reproduce", "witness", "--quick", "--out", str(tmp_path / "out"), option, value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_unwritable_output_folder_is_reported_before_any_fit(tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    def no_sweep(*args, **kwargs):  # pragma: no cover - must not be reached
+        raise AssertionError("a fit started")
+
+    monkeypatch.setattr(experiments._shared, "rank_sweep", no_sweep)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    cases = [(a_file / "out", "a path component is a file")]
+    if os.geteuid() != 0:  # root writes into read-only folders
+        ro = tmp_path / "read-only"
+        ro.mkdir(mode=0o500)
+        cases.append((ro, "Permission denied"))
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    for out, reason in cases + [(tmp_path / "full", "No space left on device")]:
+        if reason.startswith("No space"):
+            monkeypatch.setattr(os, "fsync", full_disk)
+        assert main(["reproduce", "witness", "--quick", "--out", str(out),
+                     "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert f"cannot write to the output folder {out / 'witness'}" in err
+        assert reason in err and "Traceback" not in err
+    monkeypatch.undo()
+
+
+def test_damaged_record_is_named_in_one_warning_line(tiny_settings, tmp_path, capsys):
+    argv = ["reproduce", "witness", "--quick", "--out", str(tmp_path), "--n-jobs", "1",
+            "--no-progress"]
+    main(argv)
+    capsys.readouterr()
+    victim = sorted((tmp_path / "witness" / "runs").glob("*/fit-*.json"))[0]
+    victim.write_text(victim.read_text()[:100])
+    status = main(argv)
+    err = capsys.readouterr().err
+    assert status in (0, 1)
+    lines = [line for line in err.splitlines() if "warning" in line]
+    assert lines == [line for line in lines if line.startswith("minip-learn: warning: ")]
+    assert len(lines) == 1 and str(victim) in lines[0] and "computed again" in lines[0]
+    results = pd.read_csv(tmp_path / "witness" / "results.csv")
+    assert len(results) == 4 and results["fit_id"].is_unique
+
+
+_SIGNAL_SCRIPT = """
+import sys
+from minip_learn import experiments
+from minip_learn.cli import main
+
+epochs = int(sys.argv[2])
+experiments.SETTINGS["witness"]["quick"] = dict(
+    suite=dict(n_bits=24, seq_len=3, construction="small"), ranks=(2, 4, 8),
+    seeds=(0,), softmax_seeds=(0,),
+    kernel=dict(feature_map="table", max_epochs=epochs, stop_tolerance=1e-12),
+    softmax=dict(max_epochs=epochs, stop_tolerance=1e-12))
+sys.exit(main(["reproduce", "witness", "--quick", "--out", sys.argv[1], "--n-jobs",
+               sys.argv[3], "--no-progress"]))
+"""
+
+
+def _children(pid):
+    import subprocess
+
+    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in found.stdout.split()]
+
+
+def _alive(pid):
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie waiting for its (gone) parent is not running
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ")[-1][0] != "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_signal_mid_sweep_stops_cleanly_and_the_rerun_completes(signame, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    signum = getattr(signal, signame)
+    script = tmp_path / "run.py"
+    script.write_text(_SIGNAL_SCRIPT)
+    out = tmp_path / "out"
+    runs = out / "witness" / "runs"
+    proc = subprocess.Popen([sys.executable, str(script), str(out), "150", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and proc.poll() is None:
+            if list(runs.glob("*/fit-*.json")):
+                break
+            time.sleep(0.1)
+        workers = _children(proc.pid)
+        assert proc.poll() is None and workers, "the sweep should still be running"
+        proc.send_signal(signum)
+        t0 = time.time()
+        _, err = proc.communicate(timeout=30)
+        stopped_in = time.time() - t0
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signum, err
+    assert stopped_in < 10
+    assert f"stopped by {signame}" in err and str(runs) in err
+    assert "run the same command again to resume" in err and "Traceback" not in err
+    time.sleep(2)
+    assert not [p for p in workers if _alive(p)], "workers left running"
+    assert not list(out.rglob(".tmp-*"))
+    finished = len(list(runs.glob("*/fit-*.json")))
+    assert 1 <= finished < 4
+    if signame == "SIGTERM":  # the rerun (one process is enough) resumes and completes
+        rerun = subprocess.run([sys.executable, str(script), str(out), "150", "1"],
+                               capture_output=True, text=True, timeout=300)
+        assert rerun.returncode in (0, 1) and "Traceback" not in rerun.stderr, rerun.stderr
+        results = pd.read_csv(out / "witness" / "results.csv")
+        assert len(results) == 4 and results["fit_id"].is_unique
+        assert len(list(runs.glob("*/fit-*.json"))) == 4

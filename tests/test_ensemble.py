@@ -365,7 +365,7 @@ def test_bad_data(data):
         fit_ensemble(KernelAttentionRegressor(), X, y[:5])
 
 
-def test_cli_and_experiments_pass_ensemble_through(monkeypatch):
+def test_cli_and_experiments_pass_ensemble_through(monkeypatch, tmp_path):
     from minip_learn import cli, experiments
 
     seen = {}
@@ -374,7 +374,7 @@ def test_cli_and_experiments_pass_ensemble_through(monkeypatch):
         seen.setdefault("ensemble", []).append(kwargs.get("ensemble"))
         raise KeyboardInterrupt  # stop the recipe right after its first sweep call
 
-    monkeypatch.setattr(experiments, "rank_sweep", fake_sweep)
+    monkeypatch.setattr(experiments._shared, "rank_sweep", fake_sweep)
     for name in ("witness", "length"):
         with pytest.raises(KeyboardInterrupt):
             experiments.run_experiment(name, ensemble=True, progress=False, figures=False)
@@ -387,5 +387,6 @@ def test_cli_and_experiments_pass_ensemble_through(monkeypatch):
         raise ValueError("stop")  # main reports it and returns 2
 
     monkeypatch.setattr(experiments, "run_experiment", fake_run)
-    assert cli.main(["reproduce", "witness", "--ensemble", "--no-progress"]) == 2
+    assert cli.main(["reproduce", "witness", "--ensemble", "--no-progress",
+                     "--out", str(tmp_path)]) == 2
     assert captured["ensemble"] is True

@@ -104,7 +104,7 @@ def test_ood_experiment_rejects_the_table_map():
 def test_jump_ranks_and_checks_logic():
     import pandas as pd
 
-    from minip_learn._experiments_beyond import _jump_ranks
+    from minip_learn.experiments.ood import _jump_ranks
 
     summary = pd.DataFrame({
         "scale": [0, 0, 1, 1, 1], "model": ["kernel"] * 5, "rank": [4, 16, 4, 16, 64],

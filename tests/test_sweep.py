@@ -5,7 +5,7 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -21,12 +21,15 @@ from minip_learn.datasets import make_minip
 from minip_learn.metrics import get_scorers
 from minip_learn.model_selection import (
     FullSetSplit,
+    ResultsFolderWarning,
+    check_writable,
     cv_results_to_frame,
     load_sweep,
     rank_sweep,
     summarize_sweep,
 )
-from minip_learn.model_selection._sweep import _assign_devices, _resolve_devices
+from minip_learn.model_selection import resolve_devices
+from minip_learn.model_selection._execution import _assign_devices
 
 
 class _Module:
@@ -226,15 +229,15 @@ def test_loky_parallel_and_device_assignment(data):
 def test_devices_resolution_and_cuda_error(monkeypatch, data):
     import torch
 
-    assert _resolve_devices(None) is None
-    assert _resolve_devices("cpu") == ["cpu"]
+    assert resolve_devices(None) is None
+    assert resolve_devices("cpu") == ["cpu"]
     assert _assign_devices(["cuda:0", "cuda:1"], 5) == [
         "cuda:0", "cuda:1", "cuda:0", "cuda:1", "cuda:0"]
     assert _assign_devices(None, 2) == [None, None]
     with pytest.raises(ValueError, match="not a valid torch device"):
-        _resolve_devices("gpu!")
+        resolve_devices("gpu!")
     with pytest.raises(ValueError, match="not supported"):
-        _resolve_devices(["cpu", "meta"])
+        resolve_devices(["cpu", "meta"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     X, y = data
     t0 = time.perf_counter()
@@ -245,9 +248,9 @@ def test_devices_resolution_and_cuda_error(monkeypatch, data):
     assert time.perf_counter() - t0 < 2  # at once, no fit started
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert _resolve_devices("cuda") == ["cuda:0", "cuda:1"]
+    assert resolve_devices("cuda") == ["cuda:0", "cuda:1"]
     with pytest.raises(ValueError, match="does not exist"):
-        _resolve_devices("cuda:2")
+        resolve_devices("cuda:2")
 
 
 def test_validation_errors(data):
@@ -332,3 +335,219 @@ def test_save_and_return_estimators(tmp_path, data):
     with pytest.raises(ValueError, match="needs an output folder"):
         rank_sweep(MemorizingRegressor(), X, y, ranks=[2], save_estimators=True,
                    progress=False)
+
+
+# -- results folders under faults -------------------------------------------------------
+def _sweep_into(out, data, **kw):
+    X, y = data
+    kw.setdefault("ranks", [2, 4])
+    kw.setdefault("seeds", [0, 1])
+    return rank_sweep(MemorizingRegressor(), X, y, out=out, progress=False, **kw)
+
+
+def _only_warning(record):
+    (w,) = [w for w in record if issubclass(w.category, ResultsFolderWarning)]
+    assert "\n" not in str(w.message)
+    return str(w.message)
+
+
+def test_record_cut_in_half_is_moved_aside_and_refitted(tmp_path, data):
+    res = _sweep_into(tmp_path, data)
+    victim = sorted(res.path.glob("fit-*.json"))[1]
+    text = victim.read_text()
+    victim.write_text(text[: len(text) // 2])  # a copy interrupted, a bad disk
+    with pytest.warns(ResultsFolderWarning) as record:
+        again = _sweep_into(tmp_path, data)
+    message = _only_warning(record)
+    assert str(victim) in message and "corrupt" in message
+    assert (res.path / "corrupt" / victim.name).read_text() == text[: len(text) // 2]
+    assert again.n_resumed == 3 and again.n_computed == 1
+    assert len(again.results) == 4 and again.results["fit_id"].is_unique
+    assert json.loads(victim.read_text())["fit_id"] == victim.stem[len("fit-"):]
+    # nothing lost, nothing duplicated, the moved file is not read back
+    assert len(load_sweep(tmp_path)) == 4
+    third = _sweep_into(tmp_path, data)
+    assert third.n_computed == 0 and third.n_resumed == 4
+
+
+def test_load_sweep_skips_an_unreadable_record_naming_it(tmp_path, data):
+    res = _sweep_into(tmp_path, data)
+    victim = sorted(res.path.glob("fit-*.json"))[0]
+    victim.write_text('{"fit_id": "x", "rank": 4,')
+    with pytest.warns(ResultsFolderWarning, match=str(victim)):
+        assert len(load_sweep(tmp_path)) == 3
+
+
+@pytest.mark.parametrize("field, value, reason", [
+    ("minip_learn_version", "0.0.1", "written by minip_learn 0.0.1"),
+    ("config_id", "0123456789", "another configuration"),
+])
+def test_record_of_another_version_or_configuration_is_not_mixed_in(tmp_path, data, field,
+                                                                    value, reason):
+    res = _sweep_into(tmp_path, data)
+    victim = sorted(res.path.glob("fit-*.json"))[2]
+    row = json.loads(victim.read_text())
+    row[field] = value
+    row["solved"] = "foreign"
+    victim.write_text(json.dumps(row))
+    with pytest.warns(ResultsFolderWarning) as record:
+        again = _sweep_into(tmp_path, data)
+    message = _only_warning(record)
+    assert str(victim) in message and reason in message and "foreign" in message
+    assert (res.path / "foreign" / victim.name).exists()
+    assert again.n_computed == 1 and (again.results["solved"] != "foreign").all()
+    assert json.loads(victim.read_text())[field] == json.loads(
+        sorted(res.path.glob("fit-*.json"))[0].read_text())[field] != value
+    assert field not in again.results  # file fields stay in the files
+
+
+def test_config_of_another_version_is_moved_aside(tmp_path, data):
+    res = _sweep_into(tmp_path, data)
+    cfg = json.loads((res.path / "config.json").read_text())
+    assert cfg["config_id"] == res.path.name.rsplit("-", 1)[1]
+    (res.path / "config.json").write_text(json.dumps({**cfg, "minip_learn_version": "0.0.1"}))
+    with pytest.warns(ResultsFolderWarning, match="config.json: written by minip_learn 0.0.1"):
+        _sweep_into(tmp_path, data, seeds=[0])
+    assert json.loads((res.path / "config.json").read_text()) == cfg
+    (res.path / "config.json").write_text("{")
+    with pytest.warns(ResultsFolderWarning, match="config.json: unreadable"):
+        _sweep_into(tmp_path, data, seeds=[0])
+
+
+class _Trap:
+    """Unpickling it runs code: it writes the file named ``marker``."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path(self.marker).write_text, ("loaded",))
+
+
+def test_unreadable_or_foreign_estimator_is_not_loaded_but_refitted(tmp_path, data):
+    import joblib
+
+    kw = dict(ranks=[2, 4], seeds=[0], save_estimators=True, return_estimators=True)
+    res = _sweep_into(tmp_path, data, **kw)
+    broken, swapped = sorted(res.path.glob("est-*.joblib"))
+    broken.write_bytes(broken.read_bytes()[:20])  # cut in half
+    marker = tmp_path / "marker"
+    joblib.dump(_Trap(marker), swapped)  # a file this sweep did not write
+    with pytest.warns(ResultsFolderWarning) as record:
+        again = _sweep_into(tmp_path, data, **kw)
+    messages = [str(w.message) for w in record]
+    assert any(str(broken) in m and "cannot be loaded" in m for m in messages)
+    assert any(str(swapped) in m and "not the one its record was written with" in m
+               for m in messages)
+    assert not marker.exists()  # never unpickled
+    assert again.n_computed == 2 and len(again.estimators) == 2
+    assert all(e.predict(data[0]).shape == data[1].shape for e in again.estimators.values())
+    assert len(list((res.path / "corrupt").glob("est-*"))) == 2
+    third = _sweep_into(tmp_path, data, **kw)
+    assert third.n_computed == 0 and len(third.estimators) == 2
+
+
+_SHARE_SCRIPT = _KILL_SCRIPT.replace(
+    'rank_sweep(MemorizingRegressor(sleep=float(sys.argv[2])), X, y, ranks=[1, 2, 4, 8],\n'
+    '           seeds=[0, 1, 2], out=sys.argv[1], name="killme", progress=False)',
+    'res = rank_sweep(MemorizingRegressor(sleep=float(sys.argv[2])), X, y,\n'
+    '                 ranks=[1, 2, 4, 8], seeds=[0, 1, 2], out=sys.argv[1], name="shared",\n'
+    '                 n_jobs=1, progress=False)\n'
+    'print("computed", res.n_computed, "rows", len(res.results),\n'
+    '      "unique", res.results["fit_id"].is_unique)')
+
+
+def test_two_processes_share_one_folder(tmp_path):
+    assert _SHARE_SCRIPT != _KILL_SCRIPT
+    script = tmp_path / "share.py"
+    script.write_text(_SHARE_SCRIPT)
+    out = tmp_path / "out"
+    procs = [subprocess.Popen([sys.executable, str(script), str(out), "1.0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for p, (stdout, stderr) in zip(procs, outputs):
+        assert p.returncode == 0 and "Traceback" not in stderr, stderr
+        assert "rows 12 unique True" in stdout
+    computed = [int(stdout.split()[1]) for stdout, _ in outputs]
+    assert sum(computed) == 12  # each fit computed once, by one of the two
+    pids = {p.pid for p in procs}
+    assert set(load_sweep(out)["pid"]) <= pids
+    files = list(out.glob("*/fit-*.json"))
+    assert len(files) == 12 and not list(out.glob("*/.tmp-*"))
+    assert len(load_sweep(out)) == 12
+
+
+def test_a_fit_claimed_elsewhere_is_waited_for(tmp_path, data):
+    from filelock import FileLock
+
+    first = _sweep_into(tmp_path, data, seeds=[0])
+    key = first.results["fit_id"][0]
+    record = first.path / f"fit-{key}.json"
+    saved = record.read_text()
+    record.unlink()
+    lock = FileLock(first.path / ".locks" / f"{key}.lock", thread_local=False)
+    lock.acquire()  # another run is computing it ...
+    timer = threading.Timer(1.0, lambda: (record.write_text(saved), lock.release()))
+    timer.start()  # ... and finishes it a second later
+    res = _sweep_into(tmp_path, data, seeds=[0])
+    timer.join()
+    assert res.n_computed == 0 and res.n_resumed == 2
+    lock.acquire()  # a run that died holding it: the fit is computed here
+    record.unlink()
+    lock.release()
+    again = _sweep_into(tmp_path, data, seeds=[0])
+    assert again.n_computed == 1 and record.exists()
+
+
+def test_unwritable_output_folder_fails_before_any_fit(tmp_path, data, monkeypatch):
+    import errno
+
+    X, y = data
+    slow = MemorizingRegressor(sleep=5)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match=f"cannot write to the output folder {a_file}"):
+        rank_sweep(slow, X, y, ranks=[1], seeds=[0], out=a_file / "out", progress=False)
+    if os.geteuid() != 0:  # root writes into read-only folders
+        ro = tmp_path / "read-only"
+        ro.mkdir()
+        ro.chmod(0o500)
+        with pytest.raises(ValueError, match=f"cannot write to the output folder {ro}"):
+            rank_sweep(slow, X, y, ranks=[1], seeds=[0], out=ro, progress=False)
+        ro.chmod(0o700)
+
+    def full_disk(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(ValueError, match="cannot write to the output folder .*No space left"):
+        rank_sweep(slow, X, y, ranks=[1], seeds=[0], out=tmp_path / "full", progress=False)
+    assert time.perf_counter() - t0 < 3  # no fit started
+    assert not list(tmp_path.rglob(".tmp-*")) and not list(tmp_path.rglob(".write-check*"))
+    monkeypatch.undo()
+    assert check_writable(tmp_path / "fine" / "nested").is_dir()
+
+
+def test_a_write_stopped_midway_leaves_no_temporary_file(tmp_path, data, monkeypatch):
+    from minip_learn.model_selection import _store
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    res = _sweep_into(tmp_path, data, seeds=[0])
+    (res.path / f"fit-{res.results['fit_id'][0]}.json").unlink()
+    monkeypatch.setattr(_store.json, "dump", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _sweep_into(tmp_path, data, seeds=[0])
+    assert not list(tmp_path.rglob(".tmp-*"))
+    monkeypatch.undo()
+    assert _sweep_into(tmp_path, data, seeds=[0]).n_computed == 1
+
+
+def test_full_set_split_counts_lists_and_frames():
+    assert [len(t) for _, t in FullSetSplit().split([[0, 1], [1, 0], [1, 1]])] == [3]
+    assert [len(t) for _, t in FullSetSplit(2).split(pd.DataFrame({"a": [1, 2]}))] == [2, 2]
+    with pytest.raises(TypeError, match="array-like"):
+        next(FullSetSplit().split(3))

@@ -1,9 +1,21 @@
-"""Model selection for Min-IP: splitters (and, later, sweeps over rank and seed)."""
+"""Model selection for Min-IP: the full-set splitter, rank and seed sweeps, ensembles."""
 
-from ._split import FullSetSplit
-from ._sweep import cv_results_to_frame, load_sweep, rank_sweep, summarize_sweep
 from ._ensemble import fit_ensemble
+from ._execution import resolve_devices
+from ._search import cv_results_to_frame
+from ._split import FullSetSplit
+from ._store import ResultsFolderWarning, check_writable, load_sweep
+from ._summary import summarize_sweep
+from ._sweep import rank_sweep
 
-__all__ = ["FullSetSplit"]
-__all__ += ["cv_results_to_frame", "load_sweep", "rank_sweep", "summarize_sweep"]
-__all__ += ["fit_ensemble"]
+__all__ = [
+    "FullSetSplit",
+    "ResultsFolderWarning",
+    "check_writable",
+    "cv_results_to_frame",
+    "fit_ensemble",
+    "load_sweep",
+    "rank_sweep",
+    "resolve_devices",
+    "summarize_sweep",
+]

@@ -2,11 +2,19 @@
 
 import numpy as np
 from sklearn.model_selection import BaseCrossValidator
-from sklearn.utils.validation import _num_samples
 
 from .._validation import check_int
 
 __all__ = ["FullSetSplit"]
+
+
+def _n_samples(X):
+    """Number of samples of an array-like, a sparse matrix or a data frame."""
+    if hasattr(X, "shape") and len(X.shape) > 0:
+        return int(X.shape[0])
+    if X is None or not hasattr(X, "__len__"):
+        raise TypeError(f"Expected an array-like of samples; got {type(X).__name__}.")
+    return len(X)
 
 
 class FullSetSplit(BaseCrossValidator):
@@ -38,7 +46,7 @@ class FullSetSplit(BaseCrossValidator):
     def split(self, X, y=None, groups=None):
         """Yield ``(all indices, all indices)`` ``n_repeats`` times."""
         n_repeats = check_int(self.n_repeats, "n_repeats", min_value=1)
-        idx = np.arange(_num_samples(X))
+        idx = np.arange(_n_samples(X))
         for _ in range(n_repeats):
             yield idx, idx
 

@@ -1,0 +1,71 @@
+"""Reproduction recipes: the phase transition on witness suites and beyond the paper.
+
+Four experiments, each a function returning a :class:`~sklearn.utils.Bunch` and writing
+its tables and figures when given an output folder:
+
+* :func:`witness_experiment` -- kernel heads over feature ranks (and seeds) on an
+  m = 24 witness suite against dense softmax over seeds (see :ref:`theory-witness`):
+  nothing solved below the certified bound, solved at some rank up to the constructive
+  one, softmax solved for every seed.
+* :func:`length_experiment` -- the same tokens at sequence lengths 1, 2, 3: lengths 1
+  and 2 are solved at rank 1 (see :ref:`theory-r1`), length 3 needs a rank above its
+  certified bound.
+* :func:`ood_experiment` -- out-of-distribution scaling over disjoint token pools.
+* :func:`beyond_experiment` -- signed maps, several heads or layers and nonlinear
+  readouts against the certified bound (see :ref:`theory-r7`).
+
+All numbers (ranks, seeds, epochs, feature map ...) live in :data:`SETTINGS`, one
+``"quick"`` and one ``"full"`` entry per experiment; keyword arguments override them.
+Each recipe is a module of this package (``witness``, ``length``, ``ood``, ``beyond``)
+with its own ``SETTINGS``; what they share is in one helpers module. The fits of a run
+go to ``out/runs`` (see the docs page "Results folders and failures").
+
+``minip-learn reproduce ...`` (:mod:`minip_learn.cli`) calls these functions.
+"""
+
+from . import beyond, length, ood, witness
+from ._shared import markdown_table
+from .beyond import beyond_experiment
+from .length import length_experiment
+from .ood import ood_experiment
+from .witness import witness_experiment
+
+__all__ = ["SETTINGS", "EXPERIMENTS", "beyond_experiment", "length_experiment",
+           "markdown_table", "ood_experiment", "run_experiment", "witness_experiment"]
+
+#: The recipes' grids and training settings: ``SETTINGS[experiment]["quick"|"full"]``
+#: (the ``SETTINGS`` of each recipe module).
+SETTINGS = {"witness": witness.SETTINGS, "length": length.SETTINGS, "ood": ood.SETTINGS,
+            "beyond": beyond.SETTINGS}
+
+#: Names accepted by :func:`run_experiment` (and ``minip-learn reproduce``).
+EXPERIMENTS = ("witness", "length", "ood", "beyond")
+
+
+def run_experiment(name, **kwargs):
+    """Run the experiment ``name`` (one of :data:`EXPERIMENTS`) with ``kwargs``.
+
+    Parameters
+    ----------
+    name : {"witness", "length", "ood", "beyond"}
+    **kwargs
+        Keyword arguments of :func:`witness_experiment`, :func:`length_experiment`,
+        :func:`ood_experiment` or :func:`beyond_experiment`.
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+
+    Examples
+    --------
+    >>> from minip_learn.experiments import run_experiment
+    >>> res = run_experiment("length", seq_lens=(1,), ranks=(1,), seeds=(0,),
+    ...                      progress=False, figures=False)
+    >>> res.checks
+    {'seq_len_1_solved_at_rank_1': True}
+    """
+    funcs = {"witness": witness_experiment, "length": length_experiment,
+             "ood": ood_experiment, "beyond": beyond_experiment}
+    if name not in funcs:
+        raise ValueError(f"unknown experiment {name!r}; choose from {list(funcs)}.")
+    return funcs[name](**kwargs)

@@ -1,0 +1,264 @@
+"""Running the fits of a sweep: one fit or one batched ensemble per job, in parallel.
+
+Jobs run through :class:`joblib.Parallel` (loky processes by default, any backend
+configured with :func:`joblib.parallel_config`, e.g. ``"dask"``), with torch intra-op
+threads capped per fit, on the torch devices given to the sweep (round-robin).
+"""
+
+import datetime
+import numbers
+import os
+import socket
+import time
+
+import numpy as np
+from joblib import Parallel, delayed, effective_n_jobs
+from sklearn.base import clone
+from sklearn.metrics import check_scoring
+
+from .._validation import check_device
+from ._ensemble import fit_ensemble
+from ._store import _digest, _jsonable
+from ._summary import _as_stored
+
+__all__ = ["resolve_devices"]
+
+
+def resolve_devices(devices):
+    """Validate torch devices and return them as a list of device strings.
+
+    Parameters
+    ----------
+    devices : None, str or list of str
+        ``"cpu"``, ``"cuda"`` (every visible CUDA device), ``"cuda:1"``, ``"mps"`` or a
+        list of them.
+
+    Returns
+    -------
+    devices : list of str or None
+        The normalised devices (None for None).
+
+    Raises
+    ------
+    ValueError
+        For an empty list, a string torch does not parse, an unsupported device type,
+        or a CUDA or MPS device this machine does not have: asked for at once, before
+        any fit starts.
+
+    Examples
+    --------
+    >>> from minip_learn.model_selection import resolve_devices
+    >>> resolve_devices("cpu"), resolve_devices(None)
+    (['cpu'], None)
+    """
+    if devices is None:
+        return None
+    import torch
+
+    items = [devices] if isinstance(devices, str) else list(devices)
+    if not items:
+        raise ValueError("devices must be None, a device string or a non-empty list of them.")
+    out = []
+    for d in items:
+        dev = torch.device(check_device(d))
+        if dev.type == "cuda" and dev.index is None:  # "cuda": every visible device
+            out += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        else:
+            out.append(str(dev))
+    return out
+
+
+def _assign_devices(devices, n_tasks):
+    """Round-robin assignment of ``n_tasks`` fits to ``devices`` (None: no assignment)."""
+    if devices is None:
+        return [None] * n_tasks
+    return [devices[i % len(devices)] for i in range(n_tasks)]
+
+
+def _threads_per_fit(threads_per_fit, n_jobs, devices):
+    if threads_per_fit is not None:
+        if not isinstance(threads_per_fit, numbers.Integral) or threads_per_fit < 1:
+            raise ValueError(f"threads_per_fit must be a positive int or None; got {threads_per_fit!r}.")
+        return int(threads_per_fit)
+    if devices is not None and all(d.startswith("cuda") for d in devices):
+        return 1
+    return max(1, (os.cpu_count() or 1) // max(1, effective_n_jobs(n_jobs)))
+
+
+class _torch_threads:
+    """Context manager: torch intra-op threads set to ``n`` inside, restored after."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __enter__(self):
+        import torch
+
+        self.old = torch.get_num_threads()
+        torch.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_num_threads(self.old)
+
+
+# -- one fit --------------------------------------------------------------------------
+def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
+                   certified_min_rank, key, return_estimator, fitted=None):
+    """Fit one clone on the full set and score it there; returns ``(row, estimator)``.
+
+    ``fitted=(est, fit_time, fit_cpu_time)``: score an estimator already fitted (by an
+    ensemble, whose times are shared out over its members) instead of fitting one.
+    """
+    with _torch_threads(n_threads):
+        if fitted is None:
+            est = clone(estimator)
+            set_params = dict(params)
+            if seed is not None:
+                set_params["random_state"] = seed
+            if device is not None:
+                set_params["device"] = device
+            est.set_params(**set_params)
+            t0, c0 = time.perf_counter(), time.process_time()
+            est.fit(X, y)
+            fit_time, fit_cpu_time = time.perf_counter() - t0, time.process_time() - c0
+        else:
+            est, fit_time, fit_cpu_time = fitted
+        t0 = time.perf_counter()
+        raw = check_scoring(est, scoring=scoring)(est, X, y)
+        score_time = time.perf_counter() - t0
+
+    scores = {}
+    for name, value in raw.items():
+        scores[name] = _as_stored(scoring[name], value)
+    if "solved" in scores:
+        is_solved = bool(scores["solved"] >= 1.0)
+    else:
+        is_solved = bool(getattr(est, "solved_", False))
+
+    all_params = est.get_params(deep=False)
+    rank = all_params.get("rank")
+    module = getattr(getattr(est, "net_", None), "module_", None)
+    nonnegative = getattr(module, "nonnegative", None)
+    # the bound (theory page, R4-R5) covers one head, one layer, an affine readout and a nonnegative
+    # kernel; a module without the property is checked whenever it is not signed.
+    theorem_applies = getattr(module, "theorem_applies", None)
+    covered = nonnegative is not False if theorem_applies is None else bool(theorem_applies)
+    below = None
+    if certified_min_rank is not None and rank is not None:
+        below = bool(rank < certified_min_rank)
+        if below and is_solved and covered:
+            raise RuntimeError(
+                f"fit {key!r} ({type(est).__name__} rank={rank}, seed={seed}, "
+                f"params={params}) reports the family solved, but its certified minimum "
+                f"rank is {certified_min_rank}: no nonnegative kernel head of rank "
+                f"{rank} can solve it (see the theory page, section R5). This is a bug (in "
+                "the metric, the head or the certificate); the fit is not recorded."
+            )
+
+    row = {
+        "fit_id": key,
+        "estimator": type(est).__name__,
+        **{k: _jsonable(v) for k, v in params.items()},
+        "seed": seed,
+    }
+    for name in ("rank", "feature_map"):
+        if name in all_params and name not in row:
+            row[name] = _jsonable(all_params[name])
+    row.update(scores)
+    row.update(
+        solved=is_solved,
+        n_epochs=int(getattr(est, "n_epochs_", -1)),
+        train_max_error=float(getattr(est, "train_max_error_", float("nan"))),
+        fit_time=fit_time,
+        fit_cpu_time=fit_cpu_time,
+        score_time=score_time,
+        device=str(all_params.get("device", device)),
+        n_threads=n_threads,
+        ensemble=fitted is not None,
+        nonnegative=nonnegative,
+        theorem_applies=theorem_applies,
+        certified_min_rank=certified_min_rank,
+        below_certified_bound=below,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    )
+    return row, (est if return_estimator else None)
+
+
+def _fit_and_score_ensemble(estimator, X, y, group, device, scoring, n_threads,
+                            certified_min_rank, return_estimator):
+    """Fit the fits ``group`` (``(params, seed, key)`` sharing every parameter but
+    ``rank``) as one batched ensemble and score each; returns a list of
+    ``(row, estimator)``. Wall and CPU times are shared out equally over the members."""
+    common = {k: v for k, v in group[0][0].items() if k != "rank"}
+    if device is not None:
+        common["device"] = device
+    base = clone(estimator).set_params(**common)
+    members = []
+    for p, s, _ in group:
+        m = {"rank": p["rank"]} if "rank" in p else {}
+        m["random_state"] = s
+        members.append(m)
+    with _torch_threads(n_threads):
+        c0 = time.process_time()
+        res = fit_ensemble(base, X, y, params=members)
+        cpu = time.process_time() - c0
+    n = len(group)
+    return [
+        _fit_and_score(estimator, X, y, p, s, device, scoring, n_threads,
+                       certified_min_rank, k, return_estimator,
+                       fitted=(est, res.fit_time / n, cpu / n))
+        for (p, s, k), est in zip(group, res.estimators)
+    ]
+
+
+def _ensemble_jobs(todo, n_jobs, device_list):
+    """Group the fits that differ only in rank and seed; split groups so that at least
+    as many jobs as parallel workers exist (the fits of a job form one ensemble)."""
+    groups = {}
+    for t in todo:
+        groups.setdefault(_digest({k: v for k, v in t[0].items() if k != "rank"}), []).append(t)
+    jobs = list(groups.values())
+    workers = max(effective_n_jobs(n_jobs), len(device_list or ()))
+    if jobs and len(jobs) < workers:
+        parts = -(-workers // len(jobs))
+        jobs = [[job[i] for i in idx] for job in jobs
+                for idx in np.array_split(np.arange(len(job)), min(parts, len(job)))]
+    return jobs
+
+
+def _run_job(estimator, X, y, job, device, ensemble, scoring, n_threads, certified_min_rank,
+             keep):
+    """One job of :func:`run_fits`: a list of ``(row, estimator)``."""
+    if ensemble:
+        return _fit_and_score_ensemble(estimator, X, y, job, device, scoring, n_threads,
+                                       certified_min_rank, keep)
+    ((params, seed, key),) = job
+    return [_fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
+                           certified_min_rank, key, keep)]
+
+
+def run_fits(estimator, X, y, tasks, *, scoring, n_jobs, devices, n_threads,
+             certified_min_rank, keep, ensemble, claim=None):
+    """Fit and score ``tasks`` (``(params, seed, fit_id)``) in parallel.
+
+    Yields ``(row, estimator)`` as fits finish (estimator None unless ``keep``).
+    ``claim(task) -> bool`` is asked just before a task is dispatched (possibly from
+    joblib's dispatching thread); a task it refuses is skipped. ``ensemble=True`` groups
+    the tasks that differ only in rank and seed into batched ensembles.
+    """
+    jobs = _ensemble_jobs(tasks, n_jobs, devices) if ensemble else [[t] for t in tasks]
+
+    def dispatched():
+        for job, device in zip(jobs, _assign_devices(devices, len(jobs))):
+            if claim is not None:
+                job = [t for t in job if claim(t)]
+            if job:
+                yield delayed(_run_job)(estimator, X, y, job, device, ensemble, scoring,
+                                        n_threads, certified_min_rank, keep)
+
+    for batch in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(dispatched()):
+        yield from batch

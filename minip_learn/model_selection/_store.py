@@ -1,0 +1,485 @@
+"""The on-disk results of a sweep: one run folder per configuration, one file per fit.
+
+A run folder ``<out>/<name>-<config id>`` holds
+
+* ``config.json`` -- the configuration (estimator class and fixed parameters, data
+  fingerprint, scorers), its ``config_id`` and the library version that wrote it;
+* ``fit-<fit_id>.json`` -- one record per finished fit, stamped with the same
+  ``config_id`` and version, written atomically (a record exists complete or not at
+  all);
+* ``est-<fit_id>.joblib`` -- the fitted estimator, when saved; its SHA-256 is in the
+  record, and it is loaded only through a record of this configuration;
+* ``.locks/`` -- one lock file per fit being computed (:class:`filelock.FileLock`): two
+  sweeps writing into one folder at once claim each fit once and share the work;
+* ``corrupt/`` and ``foreign/`` -- files moved aside: records or estimators that cannot
+  be read, and records written by another library version or for another
+  configuration. Each move is reported in one :class:`ResultsFolderWarning` line naming
+  the file; the fit is then computed again.
+"""
+
+import hashlib
+import json
+import math
+import numbers
+import os
+import re
+import socket
+import time
+import warnings
+from pathlib import Path
+
+import joblib
+import numpy as np
+import pandas as pd
+
+__all__ = ["ResultsFolderWarning", "check_writable", "load_sweep"]
+
+_FIT_PREFIX = "fit-"
+_TMP_PREFIX = ".tmp-"
+_EST_PREFIX = "est-"
+_LOCKS = ".locks"
+_CORRUPT = "corrupt"
+_FOREIGN = "foreign"
+#: subfolders of a run folder that hold no live results
+_ASIDE = (_CORRUPT, _FOREIGN, _LOCKS)
+#: fields of a record on disk that are about the file, not the fit
+_FILE_FIELDS = ("config_id", "minip_learn_version", "estimator_sha256")
+#: columns that hold booleans (None while unknown)
+_BOOL_COLUMNS = ("solved", "below_certified_bound", "nonnegative", "theorem_applies")
+
+
+class ResultsFolderWarning(UserWarning):
+    """A file of a results folder was unreadable or foreign and was moved aside.
+
+    The message names the file and where it went; the fit it held is computed again.
+
+    Examples
+    --------
+    >>> from minip_learn.model_selection import ResultsFolderWarning
+    >>> issubclass(ResultsFolderWarning, UserWarning)
+    True
+    """
+
+
+# -- values and fingerprints -----------------------------------------------------------
+def _jsonable(value):
+    """A JSON-friendly version of a parameter value (numpy scalars, tuples, objects)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        return v if math.isfinite(v) else repr(v)
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    return repr(value)
+
+
+def _digest(obj, n=12):
+    text = json.dumps(_jsonable(obj), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha1(text.encode()).hexdigest()[:n]
+
+
+def _data_fingerprint(X, y):
+    h = hashlib.sha1()
+    for arr in (X, y):
+        a = np.ascontiguousarray(np.asarray(arr))
+        h.update(str((a.shape, a.dtype.str)).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:12]
+
+
+def _file_sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _slug(text):
+    return re.sub(r"[^A-Za-z0-9.=+-]+", "_", str(text)).strip("_")[:60]
+
+
+def _fit_key(params, seed):
+    """File stem of one fit: readable swept values plus a hash of the exact values."""
+    parts = [f"{k}={params[k]}" for k in sorted(params)
+             if isinstance(params[k], (str, numbers.Number)) and not isinstance(params[k], bool)]
+    parts.append(f"seed={seed}")
+    return _slug("_".join(parts)) + "_" + _digest({"params": params, "seed": seed}, 8)
+
+
+def _version():
+    from .. import __version__
+
+    return __version__
+
+
+def _to_frame(rows):
+    """The rows of fits as a DataFrame, with boolean columns as booleans."""
+    df = pd.DataFrame(rows)
+    for col in _BOOL_COLUMNS:
+        if col in df and df[col].notna().all():
+            df[col] = df[col].astype(bool)
+    return df
+
+
+# -- atomic writes -----------------------------------------------------------------------
+_HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _tmp_path(path):
+    """Temporary name of a file being written: ``.tmp-<name>.<host tag>-<pid>``."""
+    return path.with_name(f"{_TMP_PREFIX}{path.name}.{_HOST_TAG}-{os.getpid()}")
+
+
+def _write_atomic(path, write):
+    """Call ``write(tmp)`` and move ``tmp`` to ``path``: the file exists complete or not.
+
+    The temporary file is removed if anything (an error, Ctrl-C) stops the write.
+    """
+    path = Path(path)
+    tmp = _tmp_path(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _write_json_atomic(path, obj):
+    """Write ``obj`` as JSON to ``path`` atomically (flushed to disk before the move)."""
+    def write(tmp):
+        with open(tmp, "w") as fh:
+            json.dump(obj, fh, indent=1, default=repr)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    _write_atomic(path, write)
+
+
+def _dump_atomic(path, obj):
+    _write_atomic(path, lambda tmp: joblib.dump(obj, tmp))
+
+
+def _remove_stale_temporaries(folder):
+    """Delete temporary files left by writers of this host that died.
+
+    A temporary file names its writer (host tag and process id); those of writers on
+    other hosts (a shared cluster disk) are left alone.
+    """
+    for tmp in folder.glob(f"{_TMP_PREFIX}*"):
+        writer = tmp.name.rsplit(".", 1)[-1]
+        host, _, pid = writer.rpartition("-")
+        if host and host != _HOST_TAG:
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)  # the writer is gone: the file is stale
+        except (ValueError, OSError):
+            continue  # not a writer's file, or a live process of another user
+
+
+def check_writable(folder):
+    """Create ``folder`` if needed and check that a file can be written into it.
+
+    Parameters
+    ----------
+    folder : str or path
+
+    Returns
+    -------
+    folder : pathlib.Path
+
+    Raises
+    ------
+    ValueError
+        When the folder cannot be created (a path under a regular file, no permission)
+        or a file cannot be written there (read-only mount, full disk); the message names
+        the folder and the reason.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from minip_learn.model_selection import check_writable
+    >>> check_writable(tempfile.mkdtemp()).is_dir()
+    True
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-check-{_HOST_TAG}-{os.getpid()}"
+        _write_json_atomic(probe, {})
+        probe.unlink(missing_ok=True)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):
+            reason = "a path component is a file, not a folder"
+        raise ValueError(f"cannot write to the output folder {folder}: {reason}.") from None
+    return folder
+
+
+# -- the run folder ----------------------------------------------------------------------
+def _folder_config(estimator, X, y, swept, scoring):
+    base = {k: v for k, v in estimator.get_params(deep=False).items()
+            if k not in swept and k not in ("random_state", "device", "verbose")}
+    return {
+        "estimator": type(estimator).__name__,
+        "params": _jsonable(base),
+        "data": _data_fingerprint(X, y),
+        "scoring": sorted(scoring),
+    }
+
+
+class RunFolder:
+    """The run folder of one sweep configuration (see the module docstring).
+
+    Parameters
+    ----------
+    path : path
+    config : dict
+        The configuration; its digest is the folder's ``config_id``.
+    """
+
+    def __init__(self, path, config):
+        self.path = Path(path)
+        self.config = config
+        self.config_id = _digest(config, 10)
+        self.version = _version()
+        self._locks = {}
+
+    @classmethod
+    def open(cls, out, name, estimator, X, y, swept, scoring):
+        """Create (or reopen) the run folder of this configuration under ``out``."""
+        config = _folder_config(estimator, X, y, swept, scoring)
+        stem = _slug(name) if name else type(estimator).__name__
+        folder = cls(Path(out) / f"{stem}-{_digest(config, 10)}", config)
+        check_writable(folder.path)
+        _remove_stale_temporaries(folder.path)
+        folder._check_config(repr(estimator))
+        return folder
+
+    @property
+    def stamp(self):
+        """The columns that tie a record to this folder."""
+        return {"config_id": self.config_id, "minip_learn_version": self.version}
+
+    # -- moving files aside --------------------------------------------------------------
+    def move_aside(self, path, kind, reason):
+        """Move ``path`` into ``corrupt/`` or ``foreign/`` and say so in one warning line."""
+        target_dir = self.path / kind
+        target_dir.mkdir(exist_ok=True)
+        target = target_dir / path.name
+        if target.exists():
+            target = target_dir / f"{path.name}.{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:  # another sweep on this folder moved it first
+            return
+        warnings.warn(f"{path}: {reason}; moved to {target} and computed again.",
+                      ResultsFolderWarning, stacklevel=4)
+
+    def _check_config(self, estimator_repr):
+        path = self.path / "config.json"
+        ours = {**self.config, **self.stamp, "repr": estimator_repr}
+        if path.exists():
+            try:
+                theirs = json.loads(path.read_text())
+                if not isinstance(theirs, dict):
+                    raise ValueError("not a JSON object")
+            except (OSError, ValueError) as exc:
+                self.move_aside(path, _CORRUPT, f"unreadable ({_short(exc)})")
+            else:
+                if {k: theirs.get(k) for k in self.stamp} == self.stamp:
+                    return
+                self.move_aside(path, _FOREIGN, _foreign_reason(theirs, self.stamp))
+        _write_json_atomic(path, ours)
+
+    # -- records -------------------------------------------------------------------------
+    def record_path(self, key):
+        return self.path / f"{_FIT_PREFIX}{key}.json"
+
+    def estimator_path(self, key):
+        return self.path / f"{_EST_PREFIX}{key}.joblib"
+
+    def read_record(self, key):
+        """The record of fit ``key``, or None (a bad or foreign one is moved aside)."""
+        path = self.record_path(key)
+        try:
+            row = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            self.move_aside(path, _CORRUPT, f"unreadable ({_short(exc)})")
+            return None
+        if not isinstance(row, dict) or row.get("fit_id") != key:
+            self.move_aside(path, _CORRUPT, "not a fit record of this file name")
+            return None
+        if {k: row.get(k) for k in self.stamp} != self.stamp:
+            self.move_aside(path, _FOREIGN, _foreign_reason(row, self.stamp))
+            return None
+        return row
+
+    def _fit_row(self, record):
+        """A record without its file fields: the row of the fit, as a sweep returns it."""
+        return {k: v for k, v in record.items() if k not in _FILE_FIELDS}
+
+    def read_records(self, keys):
+        """``{key: record}`` of the finished fits among ``keys``."""
+        rows = {}
+        for key in keys:
+            row = self.read_record(key)
+            if row is not None:
+                rows[key] = row
+        return rows
+
+    def load_estimator(self, row):
+        """The saved estimator of a record, or None when there is none or it is unusable.
+
+        Only a file whose SHA-256 matches the record's is loaded (:func:`joblib.load`
+        runs code from the file: it is trusted as this folder's own); a file that does
+        not match or cannot be loaded is moved to ``corrupt/`` with the record.
+        """
+        key = row["fit_id"]
+        path = self.estimator_path(key)
+        expected = row.get("estimator_sha256")
+        if expected is None or not path.exists():
+            if expected is not None:
+                self.move_aside(self.record_path(key), _CORRUPT,
+                                f"its saved estimator {path.name} is missing")
+            return None
+        try:
+            if _file_sha256(path) != expected:
+                raise ValueError("the file is not the one its record was written with")
+            return joblib.load(path)
+        except Exception as exc:  # noqa: BLE001 - any unpickling error means unusable
+            self.move_aside(path, _CORRUPT, f"cannot be loaded ({_short(exc)})")
+            self.move_aside(self.record_path(key), _CORRUPT,
+                            f"its saved estimator {path.name} cannot be loaded")
+            return None
+
+    def finished(self, key, *, estimator=False, require_estimator=False):
+        """``(record, estimator)`` of a finished fit; ``(None, None)`` to compute it.
+
+        With ``estimator=True`` the saved estimator is loaded too (None when there is
+        none); a fit whose estimator was moved aside, or that has none while
+        ``require_estimator``, is to be computed again.
+        """
+        record = self.read_record(key)
+        if record is None:
+            return None, None
+        est = self.load_estimator(record) if estimator else None
+        if estimator and est is None and (require_estimator
+                                          or not self.record_path(key).exists()):
+            return None, None
+        return self._fit_row(record), est
+
+    def save(self, row, estimator=None):
+        """Write a finished fit: the estimator first (when given), then its record (the
+        row, stamped with this folder's ``config_id`` and version and the estimator
+        file's SHA-256)."""
+        key = row["fit_id"]
+        record = {**row, **self.stamp}
+        if estimator is not None:
+            path = self.estimator_path(key)
+            _dump_atomic(path, estimator)
+            record["estimator_sha256"] = _file_sha256(path)
+        _write_json_atomic(self.record_path(key), record)
+
+    # -- claims of fits (several sweeps on one folder) -------------------------------------
+    def _lock(self, key):
+        from filelock import FileLock
+
+        if key not in self._locks:
+            (self.path / _LOCKS).mkdir(exist_ok=True)
+            # claimed in joblib's dispatching thread, released in the main one
+            self._locks[key] = FileLock(self.path / _LOCKS / f"{key}.lock",
+                                        thread_local=False)
+        return self._locks[key]
+
+    def claim(self, key, *, wait=False):
+        """Claim fit ``key`` for this process; False when another process holds it.
+
+        With ``wait=True``, block until the other process releases it (finished, or
+        died: the operating system releases the lock of a dead process).
+        """
+        from filelock import Timeout
+
+        lock = self._lock(key)
+        while True:
+            try:
+                lock.acquire(timeout=1.0 if wait else 0)
+                return True
+            except Timeout:
+                if not wait:
+                    return False
+
+    def release(self, key):
+        lock = self._locks.pop(key, None)
+        if lock is not None:
+            lock.release(force=True)
+
+    def release_all(self):
+        for key in list(self._locks):
+            self.release(key)
+
+
+def _short(exc):
+    return str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+
+
+def _foreign_reason(row, stamp):
+    if row.get("minip_learn_version") != stamp["minip_learn_version"]:
+        theirs = row.get("minip_learn_version") or "an unknown version"
+        return f"written by minip_learn {theirs}, not {stamp['minip_learn_version']}"
+    return (f"written for another configuration ({row.get('config_id')}, "
+            f"not {stamp['config_id']})")
+
+
+def load_sweep(path):
+    """Read the finished fits of a run folder, or of every run folder under a root.
+
+    Files moved aside (``corrupt/``, ``foreign/``) are not read; a record that cannot
+    be read is skipped with a :class:`ResultsFolderWarning` naming it.
+
+    Parameters
+    ----------
+    path : str or path
+        A run folder written by :func:`rank_sweep` (``out/<name>-<hash>``) or the
+        ``out`` root itself (all its run folders, recursively).
+
+    Returns
+    -------
+    results : pandas.DataFrame
+        One row per finished fit (no duplicates: one file per fit).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from minip_learn.model_selection import load_sweep
+    >>> load_sweep(tempfile.mkdtemp()).empty
+    True
+    """
+    path = Path(path)
+    rows = []
+    for f in sorted(path.rglob(f"{_FIT_PREFIX}*.json")):
+        if f.parent.name in _ASIDE:
+            continue
+        try:
+            row = json.loads(f.read_text())
+            if not isinstance(row, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            warnings.warn(f"{f}: unreadable ({_short(exc)}); skipped.", ResultsFolderWarning,
+                          stacklevel=2)
+            continue
+        row.setdefault("run", f.parent.name)
+        rows.append(row)
+    return _to_frame(rows)
