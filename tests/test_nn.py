@@ -17,19 +17,6 @@ ALL_TOKENS_4 = torch.tensor(
     [[(i >> b) & 1 for b in range(4)] for i in range(16)], dtype=torch.float64)
 
 
-def _valid_rank(name, rank):
-    """The smallest rank >= ``rank`` that the map ``name`` can have (``check_params``
-    of taylor, hedgehog, dpfp and rebased constrains it)."""
-    check = getattr(get_feature_map(name), "check_params", None)
-    while check is not None:
-        try:
-            check(4, rank)
-            break
-        except ValueError:
-            rank += 1
-    return rank
-
-
 def _kwargs(name):
     return {"vocabulary": ALL_TOKENS_4} if get_feature_map(name).requires_vocabulary else {}
 
@@ -51,8 +38,8 @@ def test_unknown_map_lists_valid_names():
 @pytest.mark.parametrize("name", available_feature_maps())
 @pytest.mark.parametrize("rank", [1, 5, 33])
 @pytest.mark.parametrize("depth", [0, 2])
-def test_feature_map_rank_and_nonnegativity(name, rank, depth):
-    rank = _valid_rank(name, rank)
+def test_feature_map_rank_and_nonnegativity(name, rank, depth, valid_rank):
+    rank = valid_rank(name, rank)
     torch.manual_seed(0)
     fmap = make_feature_map(name, 4, rank, **_kwargs(name),
                             **({} if name == "table" else {"depth": depth, "width": 8}))
@@ -80,8 +67,8 @@ def _explicit_attention(head, x):
 @pytest.mark.parametrize("name", available_feature_maps())
 @pytest.mark.parametrize("seq_len", [1, 2, 3, 7])
 @pytest.mark.parametrize("rank", [1, 6])
-def test_sketch_equals_explicit_quadratic_form(name, seq_len, rank):
-    rank = _valid_rank(name, rank)
+def test_sketch_equals_explicit_quadratic_form(name, seq_len, rank, valid_rank):
+    rank = valid_rank(name, rank)
     torch.manual_seed(1)
     head = KernelAttentionHead(4, rank, feature_map=name, value_dim=5,
                                feature_kwargs=_kwargs(name)).double()
