@@ -83,6 +83,23 @@ def test_fused_gradients_equal_explicit(dtype):
         assert float((a - b).abs().max()) <= tol * scale
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("score_dim, value_dim", [(5, 5), (16, 5), (3, 7)])
+def test_fused_path_takes_the_streaming_kernel(dtype, score_dim, value_dim):
+    """With only the flash kernel allowed (on CPU: the one that streams over the keys
+    and never forms the scores), the fused path still runs, forward and backward, for
+    any score and value widths and both dtypes; any other layout would raise "No
+    available kernel"."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    head = _with(_head(dtype=dtype, score_dim=score_dim, value_dim=value_dim), "fused")
+    x = torch.rand(2, 70, 5, dtype=dtype).round()
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        u = head.attend(x)
+        head(x).sum().backward()
+    torch.testing.assert_close(u, _explicit(head, x).detach(), **TOL[dtype])
+
+
 def test_auto_takes_the_fused_kernel_on_long_sequences_only():
     head = SoftmaxAttentionHead(4)
     assert head.algorithm == "auto"
@@ -143,40 +160,52 @@ _PROBE = textwrap.dedent("""
     import numpy as np, torch
     from minip_learn import SoftmaxAttentionRegressor
     from minip_learn.datasets import make_minip
+    from minip_learn.nn import SoftmaxAttentionHead
 
     def status():
         text = open("/proc/self/status").read()
         return {k: int(re.search(k + r":\\s+(\\d+) kB", text).group(1)) * 1024
                 for k in ("VmRSS", "VmHWM")}
 
-    n, m = int(sys.argv[1]), int(sys.argv[2])
+    what, n, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     torch.set_num_threads(1)
-    X, y = make_minip(50, seq_len=3, n_bits=m, random_state=0)
-    est = SoftmaxAttentionRegressor(max_epochs=2, random_state=0).fit(X, y)
     X_long = np.random.default_rng(0).integers(0, 2, size=(1, n, m)).astype(np.uint8)
-    est.predict(X_long[:, :64])  # warm-up: the fused kernel's first call
+    if what == "predict":
+        X, y = make_minip(50, seq_len=3, n_bits=m, random_state=0)
+        est = SoftmaxAttentionRegressor(max_epochs=2, random_state=0).fit(X, y)
+        run = lambda: est.predict(X_long)
+    else:  # one float32 forward of a head whose score and value widths differ
+        head = SoftmaxAttentionHead(m, score_dim=64, value_dim=m)
+        x = torch.as_tensor(X_long, dtype=torch.float32)
+        def run():
+            with torch.no_grad():
+                return head(x).numpy()
+    run()  # warm-up (the fused kernel's first call)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")  # reset the resident-set high-water mark
     before = status()["VmRSS"]
-    pred = est.predict(X_long)
-    assert pred.shape == (1, n) and np.isfinite(pred).all()
+    out = run()
+    assert out.shape == (1, n) and np.isfinite(out).all()
     print("RISE", status()["VmHWM"] - before)
 """)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
-def test_predict_one_long_sequence_is_memory_lean(tmp_path):
-    """One sequence of N = 16,384 tokens of m = 24 bits: predict raises the peak
-    resident memory by under 300 MB (the explicit form needs about 4 GB). Measured in a
-    fresh process, whose high-water mark only this predict moves."""
+@pytest.mark.parametrize("what, limit_mib", [("predict", 300), ("head", 50)])
+def test_one_long_sequence_is_memory_lean(what, limit_mib):
+    """One sequence of N = 16,384 tokens of m = 24 bits. ``predict`` (float64) raises
+    the peak resident memory by under 300 MB (the explicit form needs about 4 GB); a
+    float32 forward of a head with score_dim 64 and value_dim 24 by under 50 MB (the
+    explicit form: 2 GB). Measured in a fresh process, whose high-water mark only this
+    call moves."""
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
     except OSError:
         pytest.skip("cannot reset the resident-set high-water mark (/proc/self/clear_refs)")
     env = dict(os.environ, OMP_NUM_THREADS="1", MALLOC_MMAP_THRESHOLD_="65536")
-    proc = subprocess.run([sys.executable, "-c", _PROBE, "16384", "24"], capture_output=True,
-                          text=True, timeout=600, env=env)
+    proc = subprocess.run([sys.executable, "-c", _PROBE, what, "16384", "24"],
+                          capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rise = int(proc.stdout.split("RISE")[-1])
-    assert rise < 300 * 2**20, f"predict raised peak memory by {rise / 2**20:.0f} MiB"
+    assert rise < limit_mib * 2**20, f"{what} raised peak memory by {rise / 2**20:.0f} MiB"

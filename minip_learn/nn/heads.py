@@ -403,18 +403,22 @@ class SoftmaxAttentionHead(_Head):
         v = self.value(x)
         if not self.uses_fused(x.shape[-2]):
             return self.attention_weights(x) @ v
-        # (..., N, d) -> (batch, 1, N, d): the 4-d layout selects the fused CPU kernel
-        # (3-d inputs fall back to the explicit math)
+        # The fused CPU kernel needs (batch, heads, N, width) inputs (3-d ones fall back
+        # to the explicit math) and one width for queries, keys and values: zero
+        # columns pad them to it, which adds nothing to the scores, and the padded
+        # output columns are dropped.
         q, k = self.query(x), self.key(x)
-        lead, n = x.shape[:-2], x.shape[-2]
-        q, k, v = (t.reshape(-1, 1, n, t.shape[-1]) for t in (q, k, v))
+        lead, n, d = x.shape[:-2], x.shape[-2], v.shape[-1]
+        width = max(q.shape[-1], d)
+        q, k, v = (nn.functional.pad(t, (0, width - t.shape[-1])).reshape(-1, 1, n, width)
+                   for t in (q, k, v))
         rows = min(n, max(1, self.FUSED_BLOCK_SCORES // n))
         u = torch.cat([
             nn.functional.scaled_dot_product_attention(
                 q[:, :, start:start + rows], k, v, scale=1.0 / self.temperature)
             for start in range(0, n, rows)
         ], dim=-2)
-        return u.reshape(*lead, n, u.shape[-1])
+        return u[..., :d].reshape(*lead, n, d)
 
     def forward(self, x):
         return self.readout(x, self.attend(x))
