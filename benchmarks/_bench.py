@@ -127,13 +127,14 @@ def analytic_bytes(kind, n, *, rank=RANK, score_dim=SCORE_DIM, value_dim=N_BITS)
     larger of the moment the scores are formed (queries and keys 2 N d_s, the product
     N^2) and the softmax (scores and weights, 2 N^2). Fused softmax head
     (``scaled_dot_product_attention``, whose CPU kernel streams over the keys): queries,
-    keys, values and attended values, 2 N d_s + 2 N d.
+    keys, values and attended values padded to one width ``w = max(d_s, d)`` (4 N w),
+    and the values and attended values at their own width (2 N d).
     """
     if kind == "kernel":
         r, d = rank, value_dim
         floats = max(4 * n * r, 3 * n * r + 2 * n * d + r * d + r, 3 * n * d)
     elif kind == "softmax-fused":
-        floats = 2 * n * score_dim + 2 * n * value_dim
+        floats = 4 * n * max(score_dim, value_dim) + 2 * n * value_dim
     else:
         floats = max(2 * n * n, n * n + 2 * n * score_dim)
     return floats * FLOAT_BYTES

@@ -180,7 +180,8 @@ def markdown(res):
                 "float32 tensors live at the peak (input and weights excluded): kernel "
                 "max(4Nr, 3Nr + 2Nd + rd + r, 3Nd) (features being formed; the sketch step; "
                 "the readout; d = m), softmax max(2N^2, N^2 + 2N d_s) (scores and softmax "
-                "weights together), fused softmax 2N d_s + 2N d (queries, keys, values and "
+                "weights together), fused softmax 4N w + 2N d with w = max(d_s, d) (queries, "
+                "keys, values and attended values padded to one width, and the values and "
                 "attended values; scaled_dot_product_attention's CPU kernel streams over "
                 "the keys).", ""]
     if res["ensemble"]:
