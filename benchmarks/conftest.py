@@ -153,24 +153,24 @@ def markdown(res):
                 f"m={_bench.N_BITS}, kernel rank {_bench.RANK}, softmax score_dim "
                 f"{_bench.SCORE_DIM}, 1 thread)", ""]
         heads = ("kernel", "softmax", "softmax-fused")
+
+        def t(r):
+            return "-" if r.get("time_median") is None else f"{r['time_median'] * 1e3:.3g}"
+
+        def ratio(r, k):
+            return ("-" if k.get("time_median") is None or r.get("time_median") is None
+                    else f"{r['time_median'] / k['time_median']:.2f}")
+
         rows = []
         for n in sorted(by_n):
-            k = by_n[n].get("kernel", {})
-
-            def t(r):
-                return "-" if r.get("time_median") is None else f"{r['time_median'] * 1e3:.3g}"
-
-            def ratio(r):
-                return ("-" if k.get("time_median") is None or r.get("time_median") is None
-                        else f"{r['time_median'] / k['time_median']:.2f}")
-
-            row = [n]
-            for head in heads:
-                r = by_n[n].get(head, {})
-                row += [t(r)] + ([] if head == "kernel" else [ratio(r)])
-            for head in heads:
-                r = by_n[n].get(head, {})
-                row += [_mib(r.get("torch_peak")), _mib(r.get("rss_peak")), _mib(r.get("analytic"))]
+            per_head = [by_n[n].get(head, {}) for head in heads]
+            k = per_head[0]
+            row = [n, t(k)]
+            for r in per_head[1:]:
+                row += [t(r), ratio(r, k)]
+            for r in per_head:
+                row += [_mib(r.get("torch_peak")), _mib(r.get("rss_peak")),
+                        _mib(r.get("analytic"))]
             rows.append(row)
         out += _table(["N", "kernel [ms]", "softmax [ms]", "softmax / kernel",
                        "fused softmax [ms]", "fused / kernel"]

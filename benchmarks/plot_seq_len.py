@@ -24,12 +24,11 @@ def plot(res, out):
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
-    for head in COLORS:
+    for head, c in COLORS.items():
         rows = sorted((r for r in res["seq_len"] if r["head"] == head), key=lambda r: r["n"])
         if not rows:
             continue
         n = [r["n"] for r in rows]
-        c = COLORS[head]
         ax_t.plot(n, [r["time_median"] * 1e3 for r in rows], "o-", color=c, label=LABELS[head])
         ax_m.plot(n, [r["torch_peak"] / 2**20 for r in rows], "o-", color=c,
                   label=f"{head}: measured (torch allocations)")

@@ -109,8 +109,10 @@ def test_hedgehog_log_features_are_the_log_of_the_features():
 def test_rebased_kernel_is_a_scaled_square():
     phi = make_feature_map("rebased", 5, 10).double()
     x, z = torch.randn(6, 5, dtype=torch.float64), torch.randn(7, 5, dtype=torch.float64)
-    h = lambda t: torch.nn.functional.layer_norm(  # noqa: E731
-        phi.encoder(t), (4,), phi.gamma, phi.beta, phi.eps)
+    def h(t):
+        return torch.nn.functional.layer_norm(phi.encoder(t), (4,), phi.gamma, phi.beta,
+                                              phi.eps)
+
     torch.testing.assert_close(phi(x) @ phi(z).T, (h(x) @ h(z).T).square() / 4)
 
 

@@ -32,7 +32,7 @@ from torch import nn
 
 from .feature_maps import FeatureMap, register_feature_map
 
-__all__ = ["DPFP", "Hedgehog", "ReBased", "T2R"]
+__all__ = ["DPFP", "T2R", "Hedgehog", "ReBased"]
 
 
 def _rank_error(name, rank, form, below, above):
