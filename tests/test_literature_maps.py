@@ -146,6 +146,15 @@ def test_fits_in_kernel_regressor(name, minip):
     assert est.theorem_applies_  # all four maps have a nonnegative kernel
 
 
+def test_dpfp_nu_through_feature_kwargs(minip):
+    X, y = minip
+    est = KernelAttentionRegressor(8, feature_map="dpfp", feature_kwargs={"nu": 2},
+                                   max_epochs=2, random_state=0).fit(X, y)
+    assert est.net_.module_.query_features.nu == 2
+    with pytest.raises(ValueError, match=r"rank=6 .*nearest valid ranks: 4 .*, 8 "):
+        est.set_params(rank=6).fit(X, y)
+
+
 @pytest.mark.parametrize("name", sorted(INVALID))
 def test_impossible_rank_in_the_regressor(name, minip):
     X, y = minip
