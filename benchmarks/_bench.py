@@ -112,8 +112,9 @@ def make_head(kind):
 
     if kind == "kernel":
         return KernelAttentionHead(N_BITS, RANK)
-    if kind == "softmax":
-        return SoftmaxAttentionHead(N_BITS, score_dim=SCORE_DIM)
+    if kind in ("softmax", "softmax-fused"):  # the explicit (N x N) form, the fused kernel
+        algorithm = "fused" if kind == "softmax-fused" else "explicit"
+        return SoftmaxAttentionHead(N_BITS, score_dim=SCORE_DIM, algorithm=algorithm)
     raise ValueError(kind)
 
 
@@ -127,11 +128,16 @@ def analytic_bytes(kind, n, *, rank=RANK, score_dim=SCORE_DIM, value_dim=N_BITS)
     ``phi_Q * s`` (3 N r + 2 N d + r d + r); in the readout, the attended values, the
     readout weights and their product (3 N d). All linear in N. Softmax head: the
     larger of the moment the scores are formed (queries and keys 2 N d_s, the product
-    N^2) and the softmax (scores and weights, 2 N^2).
+    N^2) and the softmax (scores and weights, 2 N^2). Fused softmax head
+    (``scaled_dot_product_attention``, whose CPU kernel streams over the keys): queries,
+    keys, values and attended values padded to one width ``w = max(d_s, d)`` (4 N w),
+    and the values and attended values at their own width (2 N d).
     """
     if kind == "kernel":
         r, d = rank, value_dim
         floats = max(4 * n * r, 3 * n * r + 2 * n * d + r * d + r, 3 * n * d)
+    elif kind == "softmax-fused":
+        floats = 4 * n * max(score_dim, value_dim) + 2 * n * value_dim
     else:
         floats = max(2 * n * n, n * n + 2 * n * score_dim)
     return floats * FLOAT_BYTES

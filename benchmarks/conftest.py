@@ -152,27 +152,38 @@ def markdown(res):
         out += [f"### (c) Attention forward vs sequence length N (batch 1, float32, "
                 f"m={_bench.N_BITS}, kernel rank {_bench.RANK}, softmax score_dim "
                 f"{_bench.SCORE_DIM}, 1 thread)", ""]
+        heads = ("kernel", "softmax", "softmax-fused")
+
+        def t(r):
+            return "-" if r.get("time_median") is None else f"{r['time_median'] * 1e3:.3g}"
+
+        def ratio(r, k):
+            return ("-" if k.get("time_median") is None or r.get("time_median") is None
+                    else f"{r['time_median'] / k['time_median']:.2f}")
+
         rows = []
         for n in sorted(by_n):
-            k, s = by_n[n].get("kernel", {}), by_n[n].get("softmax", {})
-
-            def t(r):
-                return "-" if r.get("time_median") is None else f"{r['time_median'] * 1e3:.3g}"
-
-            ratio = ("-" if k.get("time_median") is None or s.get("time_median") is None
-                     else f"{s['time_median'] / k['time_median']:.2f}")
-            rows.append([n, t(k), t(s), ratio,
-                         _mib(k.get("torch_peak")), _mib(k.get("rss_peak")), _mib(k.get("analytic")),
-                         _mib(s.get("torch_peak")), _mib(s.get("rss_peak")), _mib(s.get("analytic"))])
+            per_head = [by_n[n].get(head, {}) for head in heads]
+            k = per_head[0]
+            row = [n, t(k)]
+            for r in per_head[1:]:
+                row += [t(r), ratio(r, k)]
+            for r in per_head:
+                row += [_mib(r.get("torch_peak")), _mib(r.get("rss_peak")),
+                        _mib(r.get("analytic"))]
+            rows.append(row)
         out += _table(["N", "kernel [ms]", "softmax [ms]", "softmax / kernel",
-                       "kernel torch peak [MiB]", "kernel RSS peak [MiB]", "kernel analytic [MiB]",
-                       "softmax torch peak [MiB]", "softmax RSS peak [MiB]",
-                       "softmax analytic [MiB]"], rows)
+                       "fused softmax [ms]", "fused / kernel"]
+                      + [f"{h} {what} [MiB]" for h in heads
+                         for what in ("torch peak", "RSS peak", "analytic")], rows)
         out += ["", f"Memory: {_bench.MEMORY_METHOD}. Analytic: the "
                 "float32 tensors live at the peak (input and weights excluded): kernel "
                 "max(4Nr, 3Nr + 2Nd + rd + r, 3Nd) (features being formed; the sketch step; "
                 "the readout; d = m), softmax max(2N^2, N^2 + 2N d_s) (scores and softmax "
-                "weights together).", ""]
+                "weights together), fused softmax 4N w + 2N d with w = max(d_s, d) (queries, "
+                "keys, values and attended values padded to one width, and the values and "
+                "attended values; scaled_dot_product_attention's CPU kernel streams over "
+                "the keys).", ""]
     if res["ensemble"]:
         out += ["### (d) Batched ensemble (fit_ensemble) vs separate fits", ""]
         out += _table(

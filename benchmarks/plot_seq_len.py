@@ -1,4 +1,5 @@
-"""Figure of benchmark (c): forward time and peak memory vs N, kernel vs softmax head.
+"""Figure of benchmark (c): forward time and peak memory vs N, kernel vs softmax head
+(explicit and fused).
 
     python benchmarks/plot_seq_len.py [RESULTS_JSON] [OUT_PNG]
 
@@ -10,8 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-COLORS = {"kernel": "C0", "softmax": "C3"}
-LABELS = {"kernel": "kernel head (sketch, rank 64)", "softmax": "softmax head (score_dim 64)"}
+COLORS = {"kernel": "C0", "softmax": "C3", "softmax-fused": "C1"}
+LABELS = {"kernel": "kernel head (sketch, rank 64)",
+          "softmax": "softmax head, explicit N x N (score_dim 64)",
+          "softmax-fused": "softmax head, fused SDPA (score_dim 64)"}
 
 
 def plot(res, out):
@@ -21,12 +24,11 @@ def plot(res, out):
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4), layout="constrained")
-    for head in ("kernel", "softmax"):
+    for head, c in COLORS.items():
         rows = sorted((r for r in res["seq_len"] if r["head"] == head), key=lambda r: r["n"])
         if not rows:
             continue
         n = [r["n"] for r in rows]
-        c = COLORS[head]
         ax_t.plot(n, [r["time_median"] * 1e3 for r in rows], "o-", color=c, label=LABELS[head])
         ax_m.plot(n, [r["torch_peak"] / 2**20 for r in rows], "o-", color=c,
                   label=f"{head}: measured (torch allocations)")

@@ -2,10 +2,13 @@
 
 The kernel head (``KernelAttentionHead``, rank 64, ``elu+1`` features) computes the
 fixed-size sketch: O(N r d) time and O(N r) memory. The softmax head
-(``SoftmaxAttentionHead``, score_dim 64) forms the N x N scores and weights: O(N^2 d_s)
-time and O(N^2) memory. One sequence (batch 1) of N random 0/1 tokens with m = 24 bits,
-float32, ``torch.no_grad()``, 1 intra-op thread (as everywhere in minip_learn). For each
-N the two heads run back to back. Time: pytest-benchmark, median (auto-calibrated
+(``SoftmaxAttentionHead``, score_dim 64) runs both of its algorithms: ``softmax`` forms
+the N x N scores and weights (``algorithm="explicit"``: O(N^2 d_s) time, O(N^2)
+memory), ``softmax-fused`` calls ``scaled_dot_product_attention`` (``algorithm="fused"``,
+what ``"auto"`` takes from N = 64 on: the same O(N^2 d_s) time, and on CPU O(N d)
+memory, since the kernel streams over the keys). One sequence (batch 1) of N random 0/1
+tokens with m = 24 bits, float32, ``torch.no_grad()``, 1 intra-op thread (as everywhere
+in minip_learn). For each N the three heads run back to back. Time: pytest-benchmark, median (auto-calibrated
 rounds below N = 4,096, else 3 rounds). Memory: ``_bench.measure_forward_memory`` in a
 fresh subprocess, next to the analytic count ``_bench.analytic_bytes``.
 """
@@ -19,7 +22,8 @@ from _bench import analytic_bytes, available_memory, make_head, measure_forward_
 FULL = [2 ** k for k in range(4, 15)]  # 16 ... 16,384
 QUICK = [16, 64, 256, 1024, 4096]
 BIG = 4096
-CASES = [(n, head) for n in FULL for head in ("kernel", "softmax")]
+HEADS = ("kernel", "softmax", "softmax-fused")
+CASES = [(n, head) for n in FULL for head in HEADS]
 
 
 def fits_in_memory(head, n):

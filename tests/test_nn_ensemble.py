@@ -19,8 +19,19 @@ from minip_learn.nn import (
     get_feature_map,
 )
 
-TAYLOR_RANKS = {2: 3, 3: 3, 5: 6}
-FUSED = {"elu+1", "relu", "softplus", "squared_relu", "exp", "identity", "table"}
+FUSED = {"elu+1", "relu", "softplus", "squared_relu", "exp", "identity", "t2r", "table"}
+
+
+def _valid_rank(name, rank, n_bits):
+    """The smallest rank >= ``rank`` that the map ``name`` can have."""
+    check = getattr(get_feature_map(name), "check_params", None)
+    while check is not None:
+        try:
+            check(n_bits, rank)
+            return rank
+        except ValueError:
+            rank += 1
+    return rank
 
 
 def _tokens(n, seq_len, n_bits=5, n_distinct=None, seed=0):
@@ -38,7 +49,7 @@ def _heads(name, ranks, x, *, shared=False, dtype=torch.float64, depth=0):
     out = []
     for seed, r in enumerate(ranks):
         torch.manual_seed(seed)
-        r = TAYLOR_RANKS[r] if name == "taylor" else r
+        r = _valid_rank(name, r, x.shape[-1])
         out.append(KernelAttentionHead(x.shape[-1], r, feature_map=name, value_dim=6,
                                        shared_features=shared, feature_depth=depth,
                                        feature_width=7, feature_kwargs=kw).to(dtype))
@@ -68,6 +79,11 @@ def _check_against_heads(ens, heads, x, tol):
 def test_every_path_equals_separate_heads(name, ranks, shared, dtype):
     tol = 1e-9 if dtype == torch.float64 else 2e-4
     heads = _heads(name, ranks, _tokens(40, 3, n_distinct=6), shared=shared, dtype=dtype)
+    if not get_feature_map(name).rank_maskable and len({h.rank for h in heads}) > 1:
+        # maps that mix their encoder outputs cannot be zero-padded to a larger rank
+        with pytest.raises(ValueError, match="cannot be stacked at different ranks"):
+            HeadEnsemble(heads)
+        return
     ens = HeadEnsemble(heads)
     assert (ens.path != "generic") == (name in FUSED), ens.path_reason
     inputs = {
@@ -170,3 +186,21 @@ def test_pair_plan_is_cached_per_input():
     assert ens._pair_plan(x) is plan
     x[0, 0] = 1 - x[0, 0]  # an in-place change makes a new plan
     assert ens._pair_plan(x) is not plan
+
+
+@pytest.mark.parametrize("name", ["hedgehog", "rebased"])
+def test_fit_ensemble_stacks_unmaskable_maps_one_rank_at_a_time(name):
+    # members of several ranks still equal separate fits: one stack per rank
+    from minip_learn import KernelAttentionRegressor
+    from minip_learn.datasets import make_minip
+    from minip_learn.model_selection import fit_ensemble
+
+    X, y = make_minip(24, seq_len=3, n_bits=4, random_state=0)
+    est = KernelAttentionRegressor(feature_map=name, dtype="float64", max_epochs=20,
+                                   split_every=None)
+    ranks = [4, 10] if name == "hedgehog" else [3, 10]
+    res = fit_ensemble(est, X, y, ranks=ranks, seeds=[0])
+    for member, r in zip(res.estimators, ranks):
+        single = KernelAttentionRegressor(feature_map=name, dtype="float64", max_epochs=20,
+                                          split_every=None, rank=r, random_state=0).fit(X, y)
+        np.testing.assert_allclose(member.predict(X), single.predict(X), rtol=1e-7, atol=1e-7)

@@ -103,9 +103,11 @@ dtype, device, random_state, verbose
                     value_dim=checked["value_dim"], temperature=checked["temperature"])
 
     def _predict_bytes_per_sequence(self, seq_len, itemsize):
-        # scores, softmax weights and their product: three (seq_len, seq_len) matrices
+        # scores, softmax weights and their product, for the scores the head holds at
+        # once: all seq_len^2 on short sequences, a bounded block on long ones
         linear = super()._predict_bytes_per_sequence(seq_len, itemsize)
-        return linear + 3 * seq_len * seq_len * itemsize
+        return linear + 3 * self.net_.module_.live_scores(seq_len) * itemsize
 
     def _predict_cost_note(self):
-        return "dense softmax attention builds seq_len x seq_len matrices"
+        return ("softmax attention takes seq_len^2 time; the fused kernel keeps its "
+                "memory linear in seq_len")

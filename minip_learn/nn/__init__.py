@@ -10,6 +10,7 @@ from .feature_maps import (
     make_feature_map,
     register_feature_map,
 )
+from . import literature_maps  # noqa: F401  (registers hedgehog, dpfp, rebased, t2r)
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
 from .models import KernelAttentionModel, MLPReadout
 from .splitting import (

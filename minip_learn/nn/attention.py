@@ -151,8 +151,9 @@ def guard_denominator(den, *, nonnegative, eps=1e-3):
     """The denominator actually divided by.
 
     Nonnegative kernels: ``den >= 0``, and ``den == 0`` only when a query sees no key
-    at all; the floor (the dtype's smallest normal number) then gives ``u = 0``
-    instead of NaN. Signed kernels (:ref:`theory-r7`): the sign-preserving clamp
+    at all (every ``alpha_ij = 0``, so the numerator is 0 too); such a denominator is
+    replaced by 1, which gives ``u = 0`` and finite, zero gradients instead of NaN
+    (maps without a floor, e.g. ``t2r`` or ``dpfp``, have all-zero features). Signed kernels (:ref:`theory-r7`): the sign-preserving clamp
     ``sign(den) max(|den|, eps)`` with ``sign(0) = +1``, which keeps the exact
     normalisation whenever ``|den| >= eps`` and bounds the output otherwise.
 
@@ -176,7 +177,7 @@ def guard_denominator(den, *, nonnegative, eps=1e-3):
     tensor([-2.0000,  0.1000,  0.1000])
     """
     if nonnegative:
-        return den.clamp_min(torch.finfo(den.dtype).tiny)
+        return torch.where(den > 0, den, torch.ones_like(den))
     sign = torch.where(den < 0, -torch.ones_like(den), torch.ones_like(den))
     return sign * den.abs().clamp_min(eps)
 

@@ -188,6 +188,13 @@ class HeadEnsemble(nn.Module):
                 "heads of different shapes can be stacked only when they are single "
                 "kernel heads that differ in rank (rank masking).")
         if self.ranks is not None and len(set(self.ranks)) > 1:
+            for fm in (template.query_features, template.key_features):
+                if not getattr(fm, "rank_maskable", True):
+                    raise ValueError(
+                        f"heads with the feature map {getattr(fm, 'name', type(fm).__name__)!r} "
+                        "cannot be stacked at different ranks: its features mix the "
+                        "encoder outputs, so zero-padding changes them; stack heads of "
+                        "one rank at a time.")
             r_max = int(template.rank)
             mask = torch.zeros(self.n_members, r_max, dtype=self.params[0].dtype,
                                device=self.params[0].device)

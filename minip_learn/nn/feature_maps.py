@@ -193,6 +193,12 @@ class FeatureMap(nn.Module):
     #: activation that is a fixed elementwise function (no parameters, no buffers);
     #: ``"table"`` for a token table (``log_table[token_index(x)]``); None otherwise
     fused = None
+    #: feature ``k`` depends on encoder output ``k`` only (or on its own table column),
+    #: so a map of a smaller rank is exactly this map with its encoder zero-padded and
+    #: the features beyond the rank masked: heads of different ranks can then be
+    #: stacked in one :class:`~minip_learn.nn.HeadEnsemble`. False for maps that mix
+    #: the encoder outputs (a softmax or a normalisation over them)
+    rank_maskable = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

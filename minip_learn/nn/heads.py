@@ -133,7 +133,7 @@ class KernelAttentionHead(_Head):
         ``sign(den) * max(|den|, denominator_eps)`` (``sign(0) = +1``), which keeps the
         exact normalisation whenever ``|den| >= denominator_eps`` and bounds the output
         by ``|num| / denominator_eps`` otherwise. Nonnegative kernels ignore it (their
-        denominator only gets the dtype's ``tiny`` floor).
+        zero denominator, a query that sees no key, is replaced by 1).
 
     Attributes
     ----------
@@ -323,6 +323,18 @@ class KernelAttentionHead(_Head):
 class SoftmaxAttentionHead(_Head):
     """Dense softmax attention with scores ``q(x_i)^T k(x_j) / temperature``.
 
+    The attended values ``u_i = sum_j softmax_j(s_ij) v(x_j)`` are computed by one of
+    two algorithms that agree to rounding (tests check it):
+
+    * ``"explicit"``: the (N x N) scores, their softmax and its product with the values,
+      as :meth:`scores` and :meth:`attention_weights` return them. Memory ``O(N^2)``.
+    * ``"fused"``: :func:`torch.nn.functional.scaled_dot_product_attention` with
+      ``scale = 1 / temperature``, on query blocks of at most
+      ``max(1, FUSED_BLOCK_SCORES // N)`` rows. On CPU its kernel (float32 and
+      float64) streams over the keys with a running maximum and never forms the score
+      matrix, so one sequence of N tokens needs ``O(N d)`` memory; the time stays
+      ``O(N^2 d_s)``.
+
     Parameters
     ----------
     n_bits : int
@@ -336,6 +348,11 @@ class SoftmaxAttentionHead(_Head):
     score_init_scale : float, default=0.1
         Factor applied to torch's default initialisation of the query and key
         weights (small scores at the start: near-uniform attention).
+    algorithm : {"auto", "fused", "explicit"}, default="auto"
+        How :meth:`forward` attends (see above). ``"auto"`` takes the fused kernel for
+        sequences of at least ``FUSED_MIN_SEQ_LEN`` (64) tokens and the explicit form
+        for shorter ones, where the scores are small and training keeps the explicit
+        arithmetic.
 
     Examples
     --------
@@ -343,13 +360,33 @@ class SoftmaxAttentionHead(_Head):
     >>> from minip_learn.nn import SoftmaxAttentionHead
     >>> SoftmaxAttentionHead(6)(torch.zeros(2, 3, 6)).shape
     torch.Size([2, 3])
+    >>> head = SoftmaxAttentionHead(6, temperature=0.5).double()
+    >>> x = torch.rand(1, 100, 6, dtype=torch.float64).round()
+    >>> fused = head.attend(x)  # 100 tokens: the fused kernel
+    >>> explicit = head.attention_weights(x) @ head.value(x)
+    >>> torch.allclose(fused, explicit)
+    True
     """
 
+    ALGORITHMS = ("auto", "fused", "explicit")
+    #: Shortest sequence for which ``algorithm="auto"`` takes the fused kernel; shorter
+    #: ones (Min-IP's N = 3) keep the explicit form, whose (N x N) scores are tiny.
+    FUSED_MIN_SEQ_LEN = 64
+    #: Most scores per sequence one fused call may hold: the fused path attends blocks
+    #: of at most ``max(1, FUSED_BLOCK_SCORES // N)`` queries, which bounds the memory
+    #: of backends that do form the (block x N) scores (e.g. float64 on CUDA); the CPU
+    #: kernel never forms them.
+    FUSED_BLOCK_SCORES = 2**20
+
     def __init__(self, n_bits, *, score_dim=None, value_dim=None, temperature=1.0,
-                 score_init_scale=0.1):
+                 score_init_scale=0.1, algorithm="auto"):
         super().__init__(n_bits, value_dim)
+        if algorithm not in self.ALGORITHMS:
+            raise ValueError(
+                f"algorithm must be one of {self.ALGORITHMS}; got {algorithm!r}.")
         self.score_dim = n_bits if score_dim is None else score_dim
         self.temperature = float(temperature)
+        self.algorithm = algorithm
         self.query = nn.Linear(n_bits, self.score_dim)
         self.key = nn.Linear(n_bits, self.score_dim)
         # Small query/key weights: scores start near 0, attention near uniform, and
@@ -364,5 +401,44 @@ class SoftmaxAttentionHead(_Head):
         return self.query(x) @ self.key(x).transpose(-2, -1) / self.temperature
 
     def attention_weights(self, x):
-        """Softmax attention matrix of shape (..., N, N)."""
+        """Softmax attention matrix of shape (..., N, N) (explicit; for checks and plots)."""
         return torch.softmax(self.scores(x), dim=-1)
+
+    def uses_fused(self, seq_len):
+        """Whether :meth:`forward` takes the fused kernel for sequences of ``seq_len``."""
+        algorithm = getattr(self, "algorithm", "auto")
+        if algorithm == "auto":
+            return seq_len >= self.FUSED_MIN_SEQ_LEN
+        return algorithm == "fused"
+
+    def live_scores(self, seq_len):
+        """Most attention scores of one sequence held at once by :meth:`forward` (an
+        upper bound: the CPU fused kernel holds none)."""
+        if not self.uses_fused(seq_len):
+            return seq_len * seq_len
+        return min(seq_len, max(1, self.FUSED_BLOCK_SCORES // seq_len)) * seq_len
+
+    def attend(self, x):
+        """Attended values ``u_i`` of shape (..., seq_len, value_dim), before the readout."""
+        v = self.value(x)
+        if not self.uses_fused(x.shape[-2]):
+            return self.attention_weights(x) @ v
+        # The fused CPU kernel needs (batch, heads, N, width) inputs (3-d ones fall back
+        # to the explicit math) and one width for queries, keys and values: zero
+        # columns pad them to it, which adds nothing to the scores, and the padded
+        # output columns are dropped.
+        q, k = self.query(x), self.key(x)
+        lead, n, d = x.shape[:-2], x.shape[-2], v.shape[-1]
+        width = max(q.shape[-1], d)
+        q, k, v = (nn.functional.pad(t, (0, width - t.shape[-1])).reshape(-1, 1, n, width)
+                   for t in (q, k, v))
+        rows = min(n, max(1, self.FUSED_BLOCK_SCORES // n))
+        u = torch.cat([
+            nn.functional.scaled_dot_product_attention(
+                q[:, :, start:start + rows], k, v, scale=1.0 / self.temperature)
+            for start in range(0, n, rows)
+        ], dim=-2)
+        return u[..., :d].reshape(*lead, n, d)
+
+    def forward(self, x):
+        return self.readout(x, self.attend(x))

@@ -166,6 +166,20 @@ def _member_rows(rows, i, E, n_epochs):
     return out
 
 
+def _stack_groups(keys, nets):
+    """The members trained as one stack: all of them, or one stack per rank when a
+    feature map declares that heads of different ranks cannot share a stack
+    (``FeatureMap.rank_maskable``)."""
+    module = nets[keys[0]].module_
+    maps = [getattr(module, n, None) for n in ("query_features", "key_features")]
+    if all(getattr(fm, "rank_maskable", True) for fm in maps):
+        return [keys]
+    groups = {}
+    for key in keys:
+        groups.setdefault(getattr(nets[key].module_, "rank", None), []).append(key)
+    return list(groups.values())
+
+
 def train_members(module, members, X, y, *, criterion=torch.nn.MSELoss,
                   error=absolute_error, n_init=1, batched_restarts=True,
                   optimizer=torch.optim.Adam, lr=0.01, weight_decay=0.0, max_epochs=100,
@@ -292,8 +306,11 @@ def train_members(module, members, X, y, *, criterion=torch.nn.MSELoss,
     if batched_restarts:
         keys = [(i, k) for i in range(len(members)) for k in range(n_init)]
         nets = {key: make(*key) for key in keys}
-        ens = _train_stack([nets[key] for key in keys], X, y, seed=seeds[0][0], **fit)
-        path, n_trained = getattr(ens, "path", None), len(keys)
+        for group in _stack_groups(keys, nets):
+            ens = _train_stack([nets[key] for key in group], X, y,
+                               seed=seeds[group[0][0]][group[0][1]], **fit)
+            path = getattr(ens, "path", None)
+        n_trained = len(keys)
     for i in range(len(members)):
         best, err, init_errors = None, math.inf, []
         for k in range(n_init):
