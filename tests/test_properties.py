@@ -108,9 +108,11 @@ def test_grid_search_is_bitwise_identical_across_n_jobs(data):
 # -- numerics -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_normalisation_floor_is_the_smallest_normal_number(dtype):
-    den = torch.zeros(3, dtype=dtype)
-    assert (KernelAttentionHead._floor(den) == torch.finfo(dtype).tiny).all()
+def test_a_query_that_sees_no_key_attends_to_nothing(dtype):
+    den = torch.tensor([0.0, 1e-300 if dtype == torch.float64 else 1e-40, 2.0], dtype=dtype)
+    # a zero denominator (every alpha_ij = 0, so the numerator is 0) is divided as 1;
+    # any positive one, however small, is kept exact
+    assert KernelAttentionHead._floor(den).tolist() == [1.0, *den[1:].tolist()]
     head = KernelAttentionHead(4, 2, feature_map="relu", feature_kwargs={"floor": 0.0})
     head.to(dtype)
     with torch.no_grad():
@@ -123,6 +125,11 @@ def test_normalisation_floor_is_the_smallest_normal_number(dtype):
     assert torch.isfinite(out).all() and torch.isfinite(weights).all()
     # no key seen: u = 0, so the output is the readout bias b(x)
     torch.testing.assert_close(out, head.readout.bias(x).squeeze(-1))
+    # and the gradients are finite (no 0/0 in the backward pass)
+    head.zero_grad()
+    x.requires_grad_(False)
+    head(x).sum().backward()
+    assert all(torch.isfinite(p.grad).all() for p in head.parameters() if p.grad is not None)
 
 
 @pytest.mark.parametrize("feature_map", [*MAPS, "table", *SIGNED_MAPS])

@@ -262,7 +262,7 @@ class KernelAttentionHead(_Head):
 
     @staticmethod
     def _floor(den):
-        """The guard of nonnegative kernels: the dtype's smallest normal number."""
+        """The guard of nonnegative kernels: a zero denominator is divided as 1."""
         return attention.guard_denominator(den, nonnegative=True)
 
     def _guard(self, den):
