@@ -55,7 +55,7 @@ def minip_gaps(X):
     For position ``i`` the candidates are the other tokens ``j != i``; the gap is the
     difference between the second-smallest and the smallest overlap ``<x_i, x_j>``.
     A gap of at least 2 is the "two competing candidates" situation of the lower-bound
-    argument (THEORY R4).
+    argument (:ref:`theory-r4`).
 
     Parameters
     ----------

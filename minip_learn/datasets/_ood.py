@@ -155,7 +155,7 @@ def make_ood_minip(
     test sequence test tokens only, so a model is scored on tokens it never saw. The
     split is checked with :func:`check_token_leakage` before it is returned. Sequences
     are hard in the sense of :func:`make_minip` with ``min_gap``: at every position the
-    two best candidates differ by at least ``min_gap`` (THEORY R4), and a sequence has
+    two best candidates differ by at least ``min_gap`` (:ref:`theory-r4`), and a sequence has
     no repeated token.
 
     Feature maps that look tokens up (``feature_map="table"``) cannot score such a test

@@ -480,41 +480,77 @@ def _greedy_order(A, order):
     return chosen
 
 
-def _exact_clique_search(A, Kinv, start_rank, max_nodes):
-    """Branch and bound over all cliques; exact rational objective.
+def _exact_rank(C, Kinv):
+    n = len(C)
+    if n < 2:
+        return 1
+    S = Fraction(0)
+    rows, cols = [Fraction(0)] * n, [Fraction(0)] * n
+    for a, u in enumerate(C):
+        for b, v in enumerate(C):
+            if a != b:
+                e = Kinv[u][v]
+                S += e * e
+                rows[a] += e
+                cols[b] += e
+    if max(rows) <= 1 or max(cols) <= 1:
+        return n
+    return min(n, math.floor(Fraction(n * n) / (n + S)) + 1)
 
-    ``Kinv[u][w]`` is ``Fraction(1, K_uw)``. Returns ``(rank, clique, complete)``.
+
+def _upper_bound(n, S, n_max, e_min):
+    """Largest rank any clique of ``n..n_max`` members could certify.
+
+    Every pair added to a clique of ``n`` members (sum of squared bounds ``S``) adds
+    at least ``e_min^2``; dominance can give ``n'`` only while ``(n'-1) e_min <= 1``.
+    """
+    best = n
+    for k in range(n, n_max + 1):
+        if (k - 1) * e_min <= 1:
+            best = max(best, k)
+            continue
+        S_k = S + (k * (k - 1) - n * (n - 1)) * e_min * e_min
+        best = max(best, min(k, math.floor(k * k / (k + S_k) * (1 + 1e-9)) + 1))
+    return best
+
+
+def _exact_clique_search(A, Kinv, start_rank, max_nodes):
+    """Branch and bound over all cliques of ``A``.
+
+    ``Kinv[u][w]`` is ``Fraction(1, K_uw)``. Floats steer the search with a margin;
+    every improvement is confirmed in exact arithmetic. Returns
+    ``(rank, clique or None, complete)``.
     """
     V = len(A)
     nbr = [sum(1 << int(w) for w in np.flatnonzero(A[u])) for u in range(V)]
+    Kf = {u: {w: float(e) for w, e in Kinv[u].items()} for u in Kinv}
+    e_min = min((e for u in Kf for e in Kf[u].values()), default=0.0)
     best = [start_rank, None]
     nodes = [0]
 
-    def rank_of(C, S, rows, cols):
-        n = len(C)
-        if n < 2:
-            return 1
-        if max(rows) <= 1 or max(cols) <= 1:
-            return n
-        return min(n, math.floor(Fraction(n * n) / (n + S)) + 1)
-
     def rec(C, P, S, rows, cols):
         nodes[0] += 1
-        r = rank_of(C, S, rows, cols)
-        if r > best[0]:
-            best[0], best[1] = r, list(C)
-        if nodes[0] >= max_nodes or len(C) + bin(P).count("1") <= best[0]:
-            return
+        n = len(C)
+        if n >= 2:
+            if max(rows) <= 1 + 1e-9 or max(cols) <= 1 + 1e-9:
+                est = n
+            else:
+                est = min(n, math.floor(n * n / (n + S) * (1 + 1e-9)) + 1)
+            if est > best[0]:
+                r = _exact_rank(C, Kinv)
+                if r > best[0]:
+                    best[0], best[1] = r, list(C)
         while P:
-            if len(C) + bin(P).count("1") <= best[0] or nodes[0] >= max_nodes:
+            if nodes[0] >= max_nodes:
+                return
+            if _upper_bound(n, S, n + bin(P).count("1"), e_min) <= best[0]:
                 return
             v = P.bit_length() - 1
             P &= ~(1 << v)
             newS = S
-            new_rows = list(rows) + [Fraction(0)]
-            new_cols = list(cols) + [Fraction(0)]
+            new_rows, new_cols = list(rows) + [0.0], list(cols) + [0.0]
             for k, u in enumerate(C):
-                a, b = Kinv[u][v], Kinv[v][u]
+                a, b = Kf[u][v], Kf[v][u]
                 newS += a * a + b * b
                 new_rows[k] += a
                 new_cols[k] += b
@@ -522,8 +558,7 @@ def _exact_clique_search(A, Kinv, start_rank, max_nodes):
                 new_cols[-1] += a
             rec(C + [v], P & nbr[v], newS, new_rows, new_cols)
 
-    full = (1 << V) - 1
-    rec([], full, Fraction(0), [], [])
+    rec([], (1 << V) - 1, 0.0, [], [])
     return best[0], best[1], nodes[0] < max_nodes
 
 
@@ -566,23 +601,30 @@ def _select(G):
         kept = _prune(K)
         clique = [clique[i] for i in kept]
         rank = _rank_from_denominators(G.denominators(clique))[0] if len(clique) > 1 else 1
-        results.append((rank, name, clique, False))
+        results.append((rank, name, clique))
     best_rank = max(r[0] for r in results)
-    if len(keep) <= EXACT_MAX_CANDIDATES:
-        sym = A & A.T
+    # a set certifying more than best_rank has more than best_rank members, each
+    # compatible with all the others: only the core of degree >= best_rank can hold it
+    core = np.ones(len(keep), dtype=bool)
+    while True:
+        shrunk = core & (A[:, core].sum(axis=1) >= best_rank)
+        if (shrunk == core).all():
+            break
+        core = shrunk
+    idx = np.flatnonzero(core)
+    exhaustive = len(idx) == 0
+    if 0 < len(idx) <= EXACT_MAX_CANDIDATES:
+        sub = A[np.ix_(idx, idx)]
         Kinv = {}
-        for u in range(len(keep)):
-            Kinv[u] = {}
-            for w in np.flatnonzero(sym[u]):
-                k = G.denominators([int(keep[u]), int(keep[w])])[0, 1]
-                Kinv[u][int(w)] = Fraction(1, int(k))
-        rank, clique, complete = _exact_clique_search(sym, Kinv, best_rank - 1, EXACT_MAX_NODES)
+        for u in range(len(idx)):
+            nb = np.flatnonzero(sub[u])
+            K = G.denominators([int(keep[idx[u]])] + [int(keep[idx[w]]) for w in nb])[0, 1:]
+            Kinv[u] = {int(w): Fraction(1, int(k)) for w, k in zip(nb, K)}
+        rank, clique, exhaustive = _exact_clique_search(sub, Kinv, best_rank, EXACT_MAX_NODES)
         if clique is not None:
-            results.append((rank, "exhaustive search", [int(keep[v]) for v in clique], complete))
-        elif complete:
-            results = [r[:3] + (True,) for r in results]
-    rank, name, clique, complete = max(results, key=lambda r: (r[0], r[3]))
-    return clique, name, complete or any(r[3] for r in results)
+            results.append((rank, "exhaustive search", [int(keep[idx[v]]) for v in clique]))
+    rank, name, clique = max(results, key=lambda r: r[0])
+    return clique, name, exhaustive
 
 
 # --------------------------------------------------------------------------- certify
