@@ -161,10 +161,16 @@ def constraints(X):
     rows = np.arange(len(srt))[:, None]
     u = np.full((len(srt), 3), -1, dtype=np.int64)
     u[np.broadcast_to(rows, slot.shape), slot] = srt
-    c = np.stack([(slot == k).sum(axis=1) for k in range(3)], axis=1)
+    base = N + 1
+    sig = sum((slot == k).sum(axis=1) * base ** k for k in range(3))
+    by_sig = {}
 
     def match(req):
-        return (c == req).all(axis=1) & (u[:, [k for k in range(3) if req[k]]] >= 0).all(axis=1)
+        # rows whose (count of slot 0, 1, 2) equals req; a slot counted 0 is empty
+        code = int(sum(int(r) * base ** k for k, r in enumerate(req)))
+        if code not in by_sig:
+            by_sig[code] = np.flatnonzero(sig == code)
+        return by_sig[code]
 
     s1, triples = [], []
     for p in range(3):

@@ -208,9 +208,11 @@ def _sums_from_denominators(K):
     n = K.shape[0]
     off = ~np.eye(n, dtype=bool)
     vals = K[off]
-    if vals.dtype == object and all(int(k).bit_length() < 63 for k in vals):
-        vals = vals.astype(np.int64)
-        K = K.astype(np.int64)
+    if vals.dtype == object:
+        try:
+            vals, K = vals.astype(np.int64), K.astype(np.int64)
+        except OverflowError:
+            pass
     if len(vals) and (vals < 1).any():
         i, j = (int(v) for v in np.argwhere(off & (K < 1))[0])
         raise ValueError(f"eps denominators must be integers >= 1; got {K[i, j]} at ({i}, {j}).")
@@ -218,16 +220,15 @@ def _sums_from_denominators(K):
     sum_sq = sum((Fraction(int(c), int(k) ** 2) for k, c in zip(uniq, counts)), Fraction(0))
 
     def _max_sum(M):
-        # float sums pick the candidates; the maximum itself is exact
-        inv = np.array([[0.0 if i == j else 1.0 / float(M[i, j]) if int(M[i, j]).bit_length()
-                         < 1000 else 0.0 for j in range(n)] for i in range(n)]) \
-            if M.dtype == object else np.where(off, 1.0 / np.where(off, M, 1), 0.0)
-        f = inv.sum(axis=1)
-        best = Fraction(0)
-        for i in np.flatnonzero(f >= f.max() * (1 - 1e-9)):
-            u, c = np.unique(M[i][off[i]], return_counts=True)
-            best = max(best, sum((Fraction(int(cc), int(k)) for k, cc in zip(u, c)), Fraction(0)))
-        return best
+        # per-row counts of each distinct value; distinct count rows summed exactly
+        if not len(uniq):
+            return Fraction(0)
+        idx = np.searchsorted(uniq, M[off].astype(uniq.dtype)).reshape(n, n - 1)
+        counts = np.zeros((n, len(uniq)), dtype=np.int64)
+        np.add.at(counts, (np.repeat(np.arange(n), n - 1), idx.ravel()), 1)
+        inv = [Fraction(1, int(k)) for k in uniq]
+        return max(sum((int(c) * f for c, f in zip(row, inv) if c), Fraction(0))
+                   for row in np.unique(counts, axis=0))
 
     return sum_sq, _max_sum(K), _max_sum(K.T)
 

@@ -299,7 +299,7 @@ def _trivial(tokens, N, reason, n_constraints=0):
         eps=np.zeros((0, 0)), eps_denominators=np.zeros((0, 0), dtype=object),
         overlap_gaps=np.zeros((0, 0), dtype=np.int64), parents=[],
         frobenius_value=Fraction(1), diagonally_dominant=True,
-        n_constraints=n_constraints, reason=reason,
+        n_constraints=n_constraints, reason=reason, exhaustive=True,
     )
 
 
@@ -354,7 +354,10 @@ def _inv(k):
 def _inv_array(K):
     K = np.asarray(K)
     if K.dtype == object:
-        return np.array([_inv(k) for k in K.ravel()], dtype=np.float64).reshape(K.shape)
+        try:
+            K = K.astype(np.int64)
+        except OverflowError:
+            return np.array([_inv(k) for k in K.ravel()], dtype=np.float64).reshape(K.shape)
     return 1.0 / K.astype(np.float64)
 
 

@@ -564,7 +564,7 @@ def bound_table(
     >>> from minip_learn.theory import bound_table
     >>> t = bound_table(n_bits=[16, 24, 32], seq_len=[3], as_frame=False)
     >>> t["certified_min_rank"], t["materialised"]
-    ([8, 18, 53], [8, 18, None])
+    ([8, 18, 53], [8, None, None])
     """
     rows = {k: [] for k in COLUMNS}
     max_blocks = check_int(max_blocks, "max_blocks", min_value=1)
