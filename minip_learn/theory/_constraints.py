@@ -56,9 +56,12 @@ def pack_tokens(tokens):
     tokens = np.asarray(tokens, dtype=np.uint8)
     T, m = tokens.shape
     n_words = max(1, -(-m // 64))
-    padded = np.zeros((T, n_words * 64), dtype=np.uint8)
-    padded[:, :m] = tokens
-    return np.packbits(padded, axis=1).view(">u8").astype(np.uint64)
+    packed = np.packbits(tokens, axis=1)
+    if packed.shape[1] != 8 * n_words:
+        padded = np.zeros((T, 8 * n_words), dtype=np.uint8)
+        padded[:, : packed.shape[1]] = packed
+        packed = padded
+    return packed.view(">u8").astype(np.uint64)
 
 
 def overlap_words(words, a, b):
