@@ -119,7 +119,7 @@ def ood_experiment(
     --------
     >>> from minip_learn.experiments import ood_experiment
     >>> res = ood_experiment(
-    ...     scales=[{"n_bits": 8, "n_tokens": 64}], data={"n_train": 40, "n_test": 20},
+    ...     scales=[{"n_bits": 8, "n_tokens": 128}], data={"n_train": 40, "n_test": 20},
     ...     ranks=(2,), seeds=(0,), softmax_seeds=(0,), kernel={"max_epochs": 5},
     ...     softmax={"max_epochs": 5, "n_init": 1}, progress=False, figures=False)
     >>> res.summary[["n_bits", "model", "n_fits"]].values.tolist()

@@ -90,8 +90,8 @@ SETTINGS = {
     # its training pool exactly and misses ~10% of the test pool).
     "ood": {
         "quick": dict(
-            scales=(dict(n_bits=8, n_tokens=256), dict(n_bits=12, n_tokens=1024),
-                    dict(n_bits=16, n_tokens=2048)),
+            scales=(dict(n_bits=8, n_tokens=256, n_train=1024, n_test=256),
+                    dict(n_bits=12, n_tokens=1024), dict(n_bits=16, n_tokens=2048)),
             data=dict(n_train=2048, n_test=512, test_tokens=0.5, min_gap=2, random_state=0),
             ranks=(1, 4, 16, 64),
             seeds=(0,),
@@ -102,8 +102,9 @@ SETTINGS = {
             threshold=0.99,
         ),
         "full": dict(
-            scales=(dict(n_bits=8, n_tokens=256), dict(n_bits=12, n_tokens=1024),
-                    dict(n_bits=16, n_tokens=2048), dict(n_bits=24, n_tokens=4096)),
+            scales=(dict(n_bits=8, n_tokens=256, n_train=1024, n_test=256),
+                    dict(n_bits=12, n_tokens=1024), dict(n_bits=16, n_tokens=2048),
+                    dict(n_bits=24, n_tokens=4096)),
             data=dict(n_train=4096, n_test=1024, test_tokens=0.5, min_gap=2, random_state=0),
             ranks=(1, 2, 4, 8, 16, 32, 64, 128, 256),
             seeds=(0, 1, 2),

@@ -76,7 +76,7 @@ def test_make_ood_minip_bad_input(kwargs, match):
 
 
 # -- the OOD recipe (tiny settings) ----------------------------------------------------
-TINY = dict(scales=[{"n_bits": 8, "n_tokens": 64}, {"n_bits": 10, "n_tokens": 96}],
+TINY = dict(scales=[{"n_bits": 8, "n_tokens": 128}, {"n_bits": 10, "n_tokens": 96}],
             data={"n_train": 40, "n_test": 20}, ranks=(2, 8), seeds=(0,),
             softmax_seeds=(0,), kernel={"max_epochs": 5},
             softmax={"max_epochs": 5, "n_init": 1}, progress=False, n_jobs=1)

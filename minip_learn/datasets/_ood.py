@@ -206,9 +206,9 @@ def make_ood_minip(
     Examples
     --------
     >>> from minip_learn.datasets import make_ood_minip, check_token_leakage
-    >>> data = make_ood_minip(50, 20, n_bits=10, n_tokens=40, random_state=0)
+    >>> data = make_ood_minip(50, 20, n_bits=10, n_tokens=64, random_state=0)
     >>> data.X_train.shape, data.X_test.shape, data.train_tokens.shape
-    ((50, 3, 10), (20, 3, 10), (20, 10))
+    ((50, 3, 10), (20, 3, 10), (32, 10))
     >>> check_token_leakage(data.X_train, data.X_test)
     0
     """

@@ -421,9 +421,12 @@ def block_designs(n_bits, *, max_blocks=4):
 
     Examples
     --------
-    >>> from minip_learn.theory import block_designs
-    >>> block_designs(16)
-    [((8, False),), ((8, False), (8, False)), ((8, False), (8, True)), ((12, False),), ((16, False),), ((16, True),)]
+    >>> from minip_learn.theory import block_designs, describe_blocks
+    >>> designs = block_designs(16)
+    >>> designs[:3]
+    [((8, False),), ((8, False), (8, False)), ((8, True), (8, False))]
+    >>> [describe_blocks(b, 64) for b in block_designs(64, max_blocks=1)][:5]
+    ['H8 + 56 pad', 'H8 x H8 x H8 x H8 x H8 x H8 x H8 x H8', 'H8/2 x H8 x H8 x H8 x H8 x H8 x H8 x H8', 'H12 + 52 pad', 'H12 x H12 x H12 x H12 x H12 + 4 pad']
     """
     n_bits = check_int(n_bits, "n_bits", min_value=1)
     max_blocks = check_int(max_blocks, "max_blocks", min_value=1)
