@@ -128,37 +128,44 @@ def _check(c, X):
         _fail(f"rank {claim} claimed from {n} (query, key) pairs")
     present, T = _sequence_codes(X, tokens.astype(np.uint8))
 
-    def has(*counts):
-        ids = sorted(t for t, mult in counts for _ in range(mult))
-        code = 0
-        for t in ids:
-            code = code * T + t
+    def has_all(rows):
+        """Whether each multiset (a row of token ids) is in the family."""
+        rows = np.sort(np.asarray(rows, dtype=np.int64), axis=1)
         if isinstance(present, set):
-            return code in present
-        pos = np.searchsorted(present, code)
-        return pos < len(present) and present[pos] == code
+            codes = [0] * len(rows)
+            for col in rows.T.tolist():
+                codes = [a * T + b for a, b in zip(codes, col)]
+            return np.array([code in present for code in codes], dtype=bool)
+        codes = np.zeros(len(rows), dtype=np.int64)
+        for col in rows.T:
+            codes = codes * T + col
+        pos = np.minimum(np.searchsorted(present, codes), len(present) - 1)
+        return present[pos] == codes
 
     K_claim = c.eps_denominators
     D_claim = np.asarray(c.overlap_gaps)
     for i in range(n):
         x = tokens[q[i]]
         ov = tokens @ x
-        prod = {k[i]: 1}
         steps = sorted(c.parents[i].items(), key=lambda cp: ov[cp[0]])
-        for child, parent in steps:
-            child, parent = int(child), int(parent)
+        ch = np.array([int(a) for a, _ in steps], dtype=np.int64)
+        pa = np.array([int(b) for _, b in steps], dtype=np.int64)
+        gaps = ov[ch] - ov[pa] if len(ch) else np.zeros(0, dtype=np.int64)
+        col = np.full(len(ch), q[i], dtype=np.int64)[:, None]
+        ok = {
+            "S1": has_all(np.hstack([col] + [pa[:, None]] * (N - 1))),
+            "S2": has_all(np.hstack([col] + [ch[:, None]] * (N - 1))),
+            "S3": has_all(np.hstack([col, pa[:, None]] + [ch[:, None]] * (N - 2))),
+        } if len(ch) else {}
+        prod = {k[i]: 1}
+        for s_, (child, parent, g) in enumerate(zip(ch.tolist(), pa.tolist(), gaps.tolist())):
             if parent not in prod:
                 _fail(f"row {i}: chain step {parent} -> {child} does not start from the "
                       f"tree of key {k[i]}")
-            g = int(ov[child] - ov[parent])
             if g < 2:
                 _fail(f"row {i}: chain step {parent} -> {child} has overlap gap {g} < 2")
-            for name, counts in (
-                ("S1", ((q[i], 1), (parent, N - 1))),
-                ("S2", ((q[i], 1), (child, N - 1))),
-                ("S3", ((q[i], 1), (parent, 1), (child, N - 2))),
-            ):
-                if not has(*counts):
+            for name in ("S1", "S2", "S3"):
+                if not ok[name][s_]:
                     _fail(f"row {i}: sequence {name} for query {q[i]}, keys {parent} -> "
                           f"{child} is missing from X")
             prod[child] = prod[parent] * (N - 2) * (g - 1)
