@@ -296,7 +296,7 @@ def make_witness_suite(
     if rng is not None:
         X = X[rng.permutation(len(X))]
     rank, cert = certify(X, return_certificate=True)
-    tokens = np.unique(X.reshape(-1, n_bits), axis=0)
+    tokens = cert.tokens   # the distinct tokens, np.unique order
     params = dict(
         n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
         n_queries=int(n), ladder_gap=d.ladder_gap,

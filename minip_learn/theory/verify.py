@@ -40,9 +40,18 @@ def _sequence_codes(X, tokens):
     T = len(tokens)
     lookup = {bytes(t): i for i, t in enumerate(np.packbits(tokens, axis=1))}
     packed = np.packbits(X.reshape(-1, m), axis=1)
-    uniq, inv = np.unique(packed, axis=0, return_inverse=True)
+    width = -(-packed.shape[1] // 8) * 8
+    words = np.zeros((len(packed), width), dtype=np.uint8)
+    words[:, : packed.shape[1]] = packed
+    words = words.view(">u8")
+    order = np.lexsort(words.T[::-1])
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = (words[order[1:]] != words[order[:-1]]).any(axis=1)
+    group = np.empty(len(order), dtype=np.int64)
+    group[order] = np.cumsum(first) - 1
+    uniq = packed[order[first]]
     ids_of_uniq = np.array([lookup.get(bytes(u), -1) for u in uniq], dtype=np.int64)
-    ids = ids_of_uniq[np.asarray(inv).reshape(-1)].reshape(n, N)
+    ids = ids_of_uniq[group].reshape(n, N)
     ids = np.sort(ids[(ids >= 0).all(axis=1)], axis=1)
     code = np.zeros(len(ids), dtype=object if float(T) ** N >= 2.0 ** 62 else np.int64)
     for k in range(N):
