@@ -2,17 +2,18 @@
 The exact constructions R1-R3, checked
 ======================================
 
-Three results of THEORY section 3 are *constructions*: explicit heads that solve
-Min-IP exactly. :mod:`minip_learn.theory` builds each one from the library's own torch
+Three results of the theory page (:ref:`theory-r1` to :ref:`theory-r3`) are
+*constructions*: explicit heads that solve Min-IP exactly.
+:mod:`minip_learn.constructions` builds each one from the library's own torch
 heads with hand-set weights and returns a fitted estimator, so ``predict`` and
 ``score`` work without training:
 
-* **R1** :func:`~minip_learn.theory.rank_one_head` -- a rank-1 kernel head (uniform
+* **R1** :func:`~minip_learn.constructions.rank_one_head` -- a rank-1 kernel head (uniform
   attention, ``rho_x(u) = 2<x, u> - |x|``) solves every sequence of length 1 and 2;
-* **R2** :func:`~minip_learn.theory.softmax_construction` -- softmax attention with
+* **R2** :func:`~minip_learn.constructions.softmax_construction` -- softmax attention with
   scores ``-beta <x_i, x_j>`` solves every length-3 sequence; its error is at most
   ``(N-1)/(e*beta)``, below 1/2 for ``beta = 2``;
-* **R3** :func:`~minip_learn.theory.exact_kernel_realization` -- a nonnegative kernel
+* **R3** :func:`~minip_learn.constructions.exact_kernel_realization` -- a nonnegative kernel
   head with one feature per token reproduces the R2 head exactly, so rank ``|T|``
   solves every sequence over a token set ``T``.
 
@@ -28,7 +29,7 @@ import numpy as np
 
 from minip_learn.datasets import make_minip, make_witness_suite
 from minip_learn.metrics import max_abs_error
-from minip_learn.theory import exact_kernel_realization, rank_one_head, softmax_construction
+from minip_learn.constructions import exact_kernel_realization, rank_one_head, softmax_construction
 
 FAST = os.environ.get("MINIP_EXAMPLES_FAST") == "1"
 N_SAMPLES = 300 if FAST else 2000

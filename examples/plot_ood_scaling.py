@@ -40,7 +40,7 @@ FAST = os.environ.get("MINIP_EXAMPLES_FAST") == "1"
 # %%
 # A split with no shared token
 # ----------------------------
-data = make_ood_minip(256, 64, n_bits=8, n_tokens=128, random_state=0)
+data = make_ood_minip(256, 64, n_bits=8, n_tokens=256, random_state=0)
 print(data.X_train.shape, data.X_test.shape)
 print("training / test pool:", len(data.train_tokens), "/", len(data.test_tokens), "tokens")
 print("shared tokens:", check_token_leakage(data.X_train, data.X_test))
@@ -53,7 +53,7 @@ print("test tokens seen in training:",
 # -------------------------------------------------
 if FAST:
     settings = dict(
-        scales=[dict(n_bits=8, n_tokens=128), dict(n_bits=12, n_tokens=256)],
+        scales=[dict(n_bits=8, n_tokens=256), dict(n_bits=12, n_tokens=256)],
         data=dict(n_train=256, n_test=64, random_state=0),
         ranks=(1, 16), seeds=(0,), softmax_seeds=(0,),
         kernel=dict(feature_map="exp", max_epochs=60, stop_tolerance=0.05),

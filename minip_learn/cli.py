@@ -1,5 +1,9 @@
 """Command line: ``minip-learn reproduce witness|length|ood|beyond|all [--quick] ...``.
 
+``minip-learn certify FAMILY.npy [--out CERT.json]`` prints the certified minimum rank
+of a family and writes its certificate; ``minip-learn verify FAMILY.npy CERT.json``
+checks a certificate independently (exit status 0 valid, 1 rejected, 2 bad file).
+
 ``witness`` and ``length`` are the paper's experiments (``all`` runs those two);
 ``ood`` (out-of-distribution scaling) and ``beyond`` (variants outside the theorem)
 go beyond the paper and regenerate the docs' results page.
@@ -126,7 +130,70 @@ def build_parser():
     rep.add_argument("--ensemble", action="store_true",
                      help="train the seeds and ranks of each sweep as batched ensembles "
                           "(same results, several times cheaper per fit)")
+    _add_certificate_commands(sub)
     return parser
+
+
+# -- certify / verify ------------------------------------------------------------------
+def _add_certificate_commands(sub):
+    cert = sub.add_parser(
+        "certify", help="certified minimum kernel rank of a family of sequences",
+        description="Compute the certified minimum rank of the family in FAMILY.npy "
+                    "(an array of shape (n_samples, seq_len, n_bits) with 0/1 values) and "
+                    "write the certificate as JSON.")
+    cert.add_argument("family", type=Path, help="the family: a .npy file")
+    cert.add_argument("--out", type=Path, default=None,
+                      help="certificate file (default: FAMILY.certificate.json)")
+    ver = sub.add_parser(
+        "verify", help="check a certificate against a family, independently of certify",
+        description="Check CERT.json against FAMILY.npy with minip_learn.theory."
+                    "verify_certificate; exit status 0 when valid, 1 when rejected.")
+    ver.add_argument("family", type=Path, help="the family: a .npy file")
+    ver.add_argument("certificate", type=Path, help="the certificate: a JSON file")
+
+
+def _load_family(path):
+    import numpy as np
+
+    if not path.is_file():
+        raise ValueError(f"family file {path} does not exist.")
+    try:
+        X = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise ValueError(f"{path} is not a .npy array file ({exc}).") from None
+    if not isinstance(X, np.ndarray):
+        raise ValueError(f"{path} holds several arrays; save the family alone with np.save.")
+    if X.ndim != 3 or not X.size or not np.isin(X, (0, 1)).all():
+        raise ValueError(f"{path}: a family is an array of shape (n_samples, seq_len, n_bits) "
+                         f"with 0/1 values; got shape {X.shape}, dtype {X.dtype}.")
+    return X
+
+
+def _certificate_command(args):
+    from .theory import Certificate, certify, verify_certificate
+
+    try:
+        X = _load_family(args.family)
+        if args.command == "certify":
+            rank, cert = certify(X, return_certificate=True)
+            out = args.out or args.family.with_suffix(".certificate.json")
+            out.write_text(cert.to_json())
+            print(cert.summary())
+            print(f"certificate written to {out}")
+            return 0
+        if not args.certificate.is_file():
+            raise ValueError(f"certificate file {args.certificate} does not exist.")
+        cert = Certificate.from_json(args.certificate.read_text())
+        verify_certificate(cert, X)
+    except ValueError as exc:
+        if args.command == "verify" and str(exc).startswith("certificate rejected"):
+            print(f"INVALID: {exc}")
+            return 1
+        print(f"minip-learn: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"valid: every nonnegative kernel head that solves {args.family} has rank >= "
+          f"{cert.certified_min_rank} ({len(cert.queries)} (query, key) pairs checked).")
+    return 0
 
 
 # -- reproduce ---------------------------------------------------------------------------
@@ -177,7 +244,8 @@ def _reproduce(args):
     return 0 if ok else 1
 
 
-_COMMANDS = {"reproduce": _reproduce}
+_COMMANDS = {"reproduce": _reproduce, "certify": _certificate_command,
+             "verify": _certificate_command}
 
 
 # -- faults: one line on standard error, an exit status, no traceback ---------------------

@@ -238,7 +238,7 @@ def kernel_matrix(estimator, queries, keys, *, normalize="diagonal"):
     --------
     >>> from minip_learn.datasets import make_witness_suite
     >>> from minip_learn.plotting import kernel_matrix
-    >>> from minip_learn.theory import exact_kernel_realization
+    >>> from minip_learn.constructions import exact_kernel_realization
     >>> suite = make_witness_suite(construction="small")
     >>> est = exact_kernel_realization(tokens=suite.tokens)
     >>> B = kernel_matrix(est, suite.queries, suite.designated_keys)
@@ -295,7 +295,7 @@ def plot_kernel_heatmap(estimator, queries, keys, *, normalize="diagonal", log=T
     --------
     >>> from minip_learn.datasets import make_witness_suite
     >>> from minip_learn.plotting import plot_kernel_heatmap
-    >>> from minip_learn.theory import exact_kernel_realization
+    >>> from minip_learn.constructions import exact_kernel_realization
     >>> suite = make_witness_suite(construction="small")
     >>> ax = plot_kernel_heatmap(exact_kernel_realization(tokens=suite.tokens),
     ...                          suite.queries, suite.designated_keys, log=False)

@@ -11,9 +11,10 @@ def _tokens(X):
 
 
 def test_make_ood_minip_disjoint_pools_and_exact_targets():
-    d = make_ood_minip(60, 30, n_bits=10, n_tokens=48, test_tokens=16, random_state=0)
+    # 16 test tokens hold only 14 multisets with every gap >= 2: the pools need more
+    d = make_ood_minip(60, 30, n_bits=10, n_tokens=96, test_tokens=48, random_state=0)
     assert d.X_train.shape == (60, 3, 10) and d.X_test.shape == (30, 3, 10)
-    assert d.train_tokens.shape == (32, 10) and d.test_tokens.shape == (16, 10)
+    assert d.train_tokens.shape == (48, 10) and d.test_tokens.shape == (48, 10)
     assert not (_tokens(d.X_train) & _tokens(d.X_test))
     assert _tokens(d.X_train) <= _tokens(d.train_tokens)
     assert _tokens(d.X_test) <= _tokens(d.test_tokens)
@@ -25,7 +26,16 @@ def test_make_ood_minip_disjoint_pools_and_exact_targets():
     for X in (d.X_train, d.X_test):
         assert len({x.tobytes() for x in X}) == len(X)
         assert all(len({t.tobytes() for t in x}) == 3 for x in X)
-    assert d.params["n_train_tokens"] == 32 and "disjoint" in d.DESCR
+    assert d.params["n_train_tokens"] == 48 and "disjoint" in d.DESCR
+
+
+@pytest.mark.parametrize("n_bits,n_tokens", [(8, 40), (12, 64)])
+def test_ood_sequences_are_distinct_up_to_permutation(n_bits, n_tokens):
+    d = make_ood_minip(n_train=300, n_test=100, n_bits=n_bits, n_tokens=n_tokens,
+                       seq_len=3, min_gap=0, random_state=0)
+    for X in (d.X_train, d.X_test):
+        keys = {tuple(sorted(bytes(t) for t in s)) for s in X}
+        assert len(keys) == len(X)
 
 
 def test_make_ood_minip_is_reproducible():
@@ -66,7 +76,7 @@ def test_make_ood_minip_bad_input(kwargs, match):
 
 
 # -- the OOD recipe (tiny settings) ----------------------------------------------------
-TINY = dict(scales=[{"n_bits": 8, "n_tokens": 64}, {"n_bits": 10, "n_tokens": 96}],
+TINY = dict(scales=[{"n_bits": 8, "n_tokens": 128}, {"n_bits": 10, "n_tokens": 96}],
             data={"n_train": 40, "n_test": 20}, ranks=(2, 8), seeds=(0,),
             softmax_seeds=(0,), kernel={"max_epochs": 5},
             softmax={"max_epochs": 5, "n_init": 1}, progress=False, n_jobs=1)

@@ -17,7 +17,7 @@ from minip_learn.plotting import (  # noqa: E402
     plot_length_transition,
     plot_phase_transition,
 )
-from minip_learn.theory import exact_kernel_realization  # noqa: E402
+from minip_learn.constructions import exact_kernel_realization  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

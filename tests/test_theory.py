@@ -6,6 +6,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from minip_learn.constructions import exact_kernel_realization, rank_one_head, softmax_construction
 from minip_learn.datasets import make_minip, minip_targets
 from minip_learn.metrics import max_abs_error, solved
 from minip_learn.theory import (
@@ -15,7 +16,6 @@ from minip_learn.theory import (
     certify,
     chain_denominator,
     channel_capacity_bits,
-    exact_kernel_realization,
     gap_domination_ratio,
     gap_mixture_weight,
     hadamard_code,
@@ -23,8 +23,6 @@ from minip_learn.theory import (
     hadamard_orders,
     product_code,
     product_code_bound,
-    rank_one_head,
-    softmax_construction,
     transcript_lower_bound,
     witness_bound,
 )
@@ -320,16 +318,14 @@ def test_bound_table_grows_exponentially():
     ],
 )
 def test_analytic_bound_equals_certify_on_materialised_family(blocks, n_bits, N, gap):
-    from minip_learn.datasets._witness import _materialise
-    from minip_learn.theory import witness_denominators
+    from minip_learn.theory import witness_family
 
     an = product_code_bound(blocks, N, ladder_gap=gap, n_bits=n_bits)
     assert an["exact"]
     words = product_code(blocks, n_bits=n_bits)
     rank, size = witness_bound(words, N, ladder_gap=gap)
     assert rank == an["rank"] and size == an["n_sequences"]
-    _, steps, _ = witness_denominators(words, N, ladder_gap=gap)
-    X = _materialise(words, N, gap, steps)
+    X = witness_family(words, N, ladder_gap=gap)
     assert len(X) == size
     assert certify(X) == an["rank"]
 
@@ -402,14 +398,12 @@ def test_r5_dominance_rule_is_strict_enough():
 )
 def test_non_exact_designs_certify_at_least_the_analytic_bound(blocks, n_bits, N, gap):
     # without padding every key is another query: certify may find more, never less
-    from minip_learn.datasets._witness import _materialise
-    from minip_learn.theory import witness_denominators
+    from minip_learn.theory import witness_family
 
     an = product_code_bound(blocks, N, ladder_gap=gap, n_bits=n_bits)
     assert not an["exact"]
     words = product_code(blocks, n_bits=n_bits)
-    _, steps, _ = witness_denominators(words, N, ladder_gap=gap)
-    X = _materialise(words, N, gap, steps)
+    X = witness_family(words, N, ladder_gap=gap)
     assert X.shape[1:] == (N, n_bits) and len(X) == an["n_sequences"]
     assert certify(X) >= an["rank"]
 
@@ -441,8 +435,9 @@ def _independent_product_bound(block_orders, N, gap):
 
 def test_bound_table_headline_is_recomputed_independently():
     t = bound_table(n_bits=[64], seq_len=[3], as_frame=False)
-    assert t["certified_min_rank"] == [2802]
-    assert t["construction"] == ["H16 x H16 x H16 x H16"] and t["ladder_gap"] == [4]
+    assert t["certified_min_rank"] == [3048]
+    assert t["construction"] == [" x ".join(["H8"] * 8)] and t["ladder_gap"] == [4]
     assert sum(int(b[1:]) for b in t["construction"][0].split(" x ")) == 64   # no padding
+    assert _independent_product_bound([8] * 8, 3, 4) == 3048
     assert _independent_product_bound([16] * 4, 3, 4) == 2802
     assert _independent_product_bound([12, 12], 3, 10**6) == 18

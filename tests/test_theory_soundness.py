@@ -1,4 +1,4 @@
-"""Randomised soundness checks of :func:`minip_learn.theory.certify` (THEORY R4-R5).
+"""Randomised soundness checks of :func:`minip_learn.theory.certify` (R4-R5 of the theory page).
 
 A certified minimum rank must be a true lower bound for *every* nonnegative kernel
 head that solves the family. Three independent checks:

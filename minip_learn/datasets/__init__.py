@@ -1,4 +1,4 @@
-"""Min-IP data: exact targets, random generators and (later) witness suites.
+"""Min-IP data: exact targets, random and out-of-distribution generators, witness suites.
 
 This layer depends on numpy and scikit-learn utilities only.
 """

@@ -10,10 +10,17 @@ from .._validation import check_float, check_int, check_sequences
 __all__ = ["minip_targets", "minip_gaps", "make_minip"]
 
 
-def _overlaps(X):
-    """Pairwise inner products ``<x_i, x_j>`` of shape (n_samples, seq_len, seq_len)."""
-    Xf = X.astype(np.float64, copy=False)
-    return np.rint(np.matmul(Xf, Xf.transpose(0, 2, 1))).astype(np.int64)
+def _overlaps(X, chunk=1 << 16):
+    """Pairwise inner products ``<x_i, x_j>`` of shape (n_samples, seq_len, seq_len).
+
+    Computed in chunks of ``chunk`` sequences, so that the float copy stays small.
+    """
+    n, N = X.shape[0], X.shape[1]
+    out = np.empty((n, N, N), dtype=np.int64)
+    for start in range(0, n, chunk):
+        Xf = X[start:start + chunk].astype(np.float64, copy=False)
+        out[start:start + chunk] = np.rint(np.matmul(Xf, Xf.transpose(0, 2, 1)))
+    return out
 
 
 def minip_targets(X):
@@ -55,7 +62,7 @@ def minip_gaps(X):
     For position ``i`` the candidates are the other tokens ``j != i``; the gap is the
     difference between the second-smallest and the smallest overlap ``<x_i, x_j>``.
     A gap of at least 2 is the "two competing candidates" situation of the lower-bound
-    argument (THEORY R4).
+    argument (:ref:`theory-r4`).
 
     Parameters
     ----------

@@ -92,7 +92,8 @@ def _distinct_tokens(n_tokens, n_bits, density, rng, max_draws):
 
 
 def _sequences_from_pool(pool, n_samples, seq_len, min_gap, rng, max_draws, name):
-    """``n_samples`` distinct sequences of distinct pool tokens, every gap >= min_gap."""
+    """``n_samples`` sequences of distinct pool tokens, every gap >= min_gap, no two of
+    them equal up to the order of their tokens (the same multiset is one example)."""
     n_pool = len(pool)
     G = _overlaps(pool[None])[0]  # pool overlap matrix
     rows, seen, drawn = [], set(), 0
@@ -106,8 +107,8 @@ def _sequences_from_pool(pool, n_samples, seq_len, min_gap, rng, max_draws, name
         if min_gap > 0:
             sub = G[idx[:, :, None], idx[:, None, :]]
             idx = idx[(_gaps(sub) >= min_gap).all(axis=1)]
-        for seq in idx:
-            key = seq.tobytes()
+        for seq, key_row in zip(idx, np.sort(idx, axis=1)):
+            key = key_row.tobytes()
             if key not in seen:
                 seen.add(key)
                 rows.append(seq)
@@ -129,7 +130,8 @@ Out-of-distribution Min-IP
 {n_tokens} distinct random {n_bits}-bit tokens (bit density {density}) are split into a
 training pool of {n_train_tokens} and a disjoint test pool of {n_test_tokens} tokens.
 {n_train} training and {n_test} test sequences of length {seq_len} are drawn, each from
-its own pool only (distinct tokens within a sequence, no sequence twice, every position's
+its own pool only (distinct tokens within a sequence, no two sequences equal up to the
+order of their tokens, every position's
 gap between its two best candidates >= {min_gap}). No test token occurs in training
 (checked by check_token_leakage). Targets: t_i = min_j <x_i, x_j>.
 """
@@ -155,7 +157,7 @@ def make_ood_minip(
     test sequence test tokens only, so a model is scored on tokens it never saw. The
     split is checked with :func:`check_token_leakage` before it is returned. Sequences
     are hard in the sense of :func:`make_minip` with ``min_gap``: at every position the
-    two best candidates differ by at least ``min_gap`` (THEORY R4), and a sequence has
+    two best candidates differ by at least ``min_gap`` (:ref:`theory-r4`), and a sequence has
     no repeated token.
 
     Feature maps that look tokens up (``feature_map="table"``) cannot score such a test
@@ -204,9 +206,9 @@ def make_ood_minip(
     Examples
     --------
     >>> from minip_learn.datasets import make_ood_minip, check_token_leakage
-    >>> data = make_ood_minip(50, 20, n_bits=10, n_tokens=40, random_state=0)
+    >>> data = make_ood_minip(50, 20, n_bits=10, n_tokens=64, random_state=0)
     >>> data.X_train.shape, data.X_test.shape, data.train_tokens.shape
-    ((50, 3, 10), (20, 3, 10), (20, 10))
+    ((50, 3, 10), (20, 3, 10), (32, 10))
     >>> check_token_leakage(data.X_train, data.X_test)
     0
     """

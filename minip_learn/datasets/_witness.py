@@ -1,7 +1,7 @@
 """Witness suites: families of Min-IP sequences with a certified minimum kernel rank.
 
-numpy only: the designs and the certificate come from :mod:`minip_learn.theory`'s
-numpy modules (``codes``, ``design``, ``certify``).
+numpy only: the codes, designs, families and certificates come from the public API of
+:mod:`minip_learn.theory` (see the theory page, :ref:`theory-witness`).
 """
 
 import itertools
@@ -11,10 +11,20 @@ import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
 from .._validation import check_int
-from ..theory.bounds import _rank_from_denominators
-from ..theory.certify import _prune, certify
-from ..theory.codes import greedy_constant_weight_code, hadamard_code, hadamard_orders, product_code
-from ..theory.design import LADDER_GAPS, _describe, witness_denominators
+from ..theory import (
+    block_designs,
+    certify,
+    describe_blocks,
+    design_rank,
+    greedy_constant_weight_code,
+    hadamard_code,
+    hadamard_orders,
+    product_code,
+    product_code_bound,
+    witness_denominators,
+    witness_family,
+)
+from ..theory.design import LADDER_GAPS
 from ._minip import minip_targets
 
 __all__ = ["make_witness_suite"]
@@ -33,11 +43,11 @@ distance d_ij = |x_i| - <x_i, x_j> >= {min_distance} to the other keys. For each
 S1 = (x_i, t, ..., t) for t = k_i, every ladder token and every other key, and
 S3 = (x_i, a, b, ..., b) for every ladder step and, for every other key k_j, from the
 ladder token w_(i,t) to k_j (ladder gap: {ladder_gap}; longest ladder {ladder_steps} steps).
-THEORY R4 bounds alpha(x_i, k_j)/alpha(x_i, k_i) by a product of 1/((N-2)(g-1)) along
+R4 (theory page) bounds alpha(x_i, k_j)/alpha(x_i, k_i) by a product of 1/((N-2)(g-1)) along
 each chain, and R5 turns the approximate identity into a rank bound:
 every nonnegative kernel head that solves all sequences has rank >= {certified_min_rank}
 (recomputed from the sequences by minip_learn.theory.certify; the design predicts
-{design_bound}). Rank {constructive_rank} (one feature per token, THEORY R3) solves it.
+{design_bound}). Rank {constructive_rank} (one feature per token, R3 of the theory page) solves it.
 """
 
 
@@ -55,11 +65,7 @@ class _Design:
         return int(n * (2 * n - 1) + 2 * self.steps[:n, :n].max(axis=1, initial=0).sum())
 
     def rank(self, n):
-        if n < 2:
-            return 1
-        K = self.K[:n, :n]
-        keep = _prune(K) if n > 2 else list(range(n))
-        return int(_rank_from_denominators(K[np.ix_(keep, keep)])[0])
+        return design_rank(self.K[:n, :n])
 
     def largest_fitting(self, max_sequences):
         lo, hi = 0, len(self.words)
@@ -92,17 +98,22 @@ def _hadamard_designs(n_bits, seq_len, ladder_gap, half, rng):
     words = np.concatenate([words, np.zeros((len(words), n_bits - h), dtype=np.uint8)], axis=1)
     if rng is not None:
         words = words[rng.permutation(len(words))]
-    desc = _describe([(h, half)], n_bits)
+    desc = describe_blocks([(h, half)], n_bits)
     return _with_gaps("hadamard-half" if half else "hadamard", desc, words, seq_len, ladder_gap)
 
 
 def _product_designs(n_bits, seq_len, ladder_gap, max_sequences):
-    """Best multi-block product code (any full/half mix) whose family fits."""
-    from ..theory.design import _block_multisets, product_code_bound
+    """Best multi-block product codes (any full/half mix), cut to the queries that fit.
 
-    best = None
+    A product code is kept whole when its family fits ``max_sequences``; otherwise its
+    first ``n`` words (``2 n^2`` sequences about fill the budget) are a candidate. Each
+    code is scored by ``n / (1 + S)`` with ``S`` the R5 row sum of the whole code (a
+    prefix's rows have a subset of those pairs); the two best are built.
+    """
+    n_fit = int(np.sqrt(max_sequences / 2)) + 1
+    scored = []
     seen = set()
-    for combo in _block_multisets(n_bits, 4):
+    for combo in block_designs(n_bits, max_blocks=4):
         orders = tuple(h for h, _ in combo)
         if len(orders) < 2 or orders in seen:
             continue
@@ -110,23 +121,22 @@ def _product_designs(n_bits, seq_len, ladder_gap, max_sequences):
         for halves in itertools.product((False, True), repeat=len(orders)):
             blocks = tuple(zip(orders, halves))
             n = int(np.prod([(h - 1) if half else (2 * h - 2) for h, half in blocks]))
-            if n * (2 * n - 1) > max_sequences:
+            if n > 8 * n_fit:
                 continue
             for g in (LADDER_GAPS if ladder_gap == "auto" else (ladder_gap,)):
                 try:
                     r = product_code_bound(blocks, seq_len, ladder_gap=g, n_bits=n_bits)
                 except ValueError:
                     continue
-                if r["n_sequences"] > max_sequences:
-                    continue
-                key = (r["rank"], -r["n_sequences"], g is None)
-                if best is None or key > best[0]:
-                    best = (key, blocks, g)
-    if best is None:
-        return []
-    _, blocks, g = best
-    words = product_code(blocks, n_bits=n_bits)
-    return _with_gaps("product", _describe(blocks, n_bits), words, seq_len, g)
+                n_used = min(n, n_fit)
+                score = n_used / (1 + (n / r["frobenius_value"] - 1)) if n_used < n else r["rank"]
+                scored.append((score, -min(r["n_sequences"], 2 * n_fit ** 2), g is None,
+                               blocks, n_used))
+    out = []
+    for _, _, _, blocks, n_used in sorted(scored, key=lambda c: c[:3], reverse=True)[:2]:
+        words = product_code(blocks, n_bits=n_bits)[:n_used]
+        out += _with_gaps("product", describe_blocks(blocks, n_bits), words, seq_len, ladder_gap)
+    return out
 
 
 def _greedy_designs(n_bits, seq_len, ladder_gap, max_sequences, random_state):
@@ -143,38 +153,6 @@ def _greedy_designs(n_bits, seq_len, ladder_gap, max_sequences, random_state):
     return out
 
 
-def _materialise(words, seq_len, ladder_gap, steps):
-    N = seq_len
-    keys = (1 - words).astype(np.uint8)
-    seqs = []
-
-    def s1(x, t):
-        return [x] + [t] * (N - 1)
-
-    def s3(x, a, b):
-        return [x, a] + [b] * (N - 2)
-
-    for i, x in enumerate(words):
-        k = keys[i]
-        s_i = int(steps[i].max(initial=0))
-        ones = np.flatnonzero(x)
-        ladder = [k]
-        for t in range(1, s_i + 1):
-            w = k.copy()
-            w[ones[: t * ladder_gap]] = 1
-            ladder.append(w)
-        seqs.append(s1(x, k))
-        for j in range(len(words)):
-            if j == i:
-                continue
-            seqs.append(s1(x, keys[j]))
-            seqs.append(s3(x, ladder[steps[i, j]], keys[j]))
-        for t in range(1, s_i + 1):
-            seqs.append(s1(x, ladder[t]))
-            seqs.append(s3(x, ladder[t - 1], ladder[t]))
-    return np.array(seqs, dtype=np.uint8)
-
-
 def make_witness_suite(
     n_bits=24,
     seq_len=3,
@@ -185,18 +163,18 @@ def make_witness_suite(
     ladder_gap="auto",
     random_state=None,
 ):
-    """Load a witness suite: Min-IP sequences that force a large kernel rank (THEORY R6).
+    """Load a witness suite: Min-IP sequences that force a large kernel rank (:ref:`theory-r6`).
 
     Queries ``x_i`` come from a constant-weight code, keys are their complements
     ``k_i = ~x_i``; for every query the suite holds the gap-domination triples of
-    THEORY R4 (``S1 = (x_i, t, ..., t)``, ``S3 = (x_i, a, b, ..., b)``) from ``k_i`` to
+    :ref:`theory-r4` (``S1 = (x_i, t, ..., t)``, ``S3 = (x_i, a, b, ..., b)``) from ``k_i`` to
     every other key, directly or through a ladder of intermediate tokens. Every
     nonnegative kernel head that solves all sequences has rank at least
     ``certified_min_rank`` (recomputed from the sequences by
     :func:`minip_learn.theory.certify`), while the exact kernel realisation of R3 with
     one feature per token (``constructive_rank``) solves them all.
 
-    At ``n_bits=24, seq_len=3`` the default is the family of THEORY R6: 46 words of
+    At ``n_bits=24, seq_len=3`` the default is the family of :ref:`theory-r6`: 46 words of
     weight 12 from the Paley Hadamard matrix of order 24, ``(x_i, k_i, k_i)`` and for
     every other key ``(x_i, k_j, k_j), (x_i, k_i, k_j)``: 4,186 sequences, certified
     rank 17, constructive rank 46.
@@ -314,11 +292,11 @@ def make_witness_suite(
 
     words = d.words[:n]
     steps = d.steps[:n, :n]
-    X = _materialise(words, seq_len, d.ladder_gap, steps)
+    X = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps)
     if rng is not None:
         X = X[rng.permutation(len(X))]
     rank, cert = certify(X, return_certificate=True)
-    tokens = np.unique(X.reshape(-1, n_bits), axis=0)
+    tokens = cert.tokens   # the distinct tokens, np.unique order
     params = dict(
         n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
         n_queries=int(n), ladder_gap=d.ladder_gap,

@@ -313,7 +313,7 @@ class _AttentionEstimator(BaseEstimator):
         """A fitted estimator around a head with hand-set weights.
 
         The estimator predicts and scores without ``fit`` (e.g. the exact
-        constructions of :mod:`minip_learn.theory`). The module's ``n_bits`` becomes
+        constructions of :mod:`minip_learn.constructions`). The module's ``n_bits`` becomes
         ``n_bits_``; the module is used as is (its dtype is kept, it is moved to the
         estimator's ``device``); ``params`` are the estimator's hyperparameters.
 

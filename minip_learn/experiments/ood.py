@@ -22,7 +22,8 @@ __all__ = ["SETTINGS", "ood_experiment"]
 #: and misses ~10% of the test pool).
 SETTINGS = {
     "quick": dict(
-        scales=(dict(n_bits=8, n_tokens=256), dict(n_bits=12, n_tokens=1024),
+        scales=(dict(n_bits=8, n_tokens=256, n_train=1024, n_test=256),
+                dict(n_bits=12, n_tokens=1024),
                 dict(n_bits=16, n_tokens=2048)),
         data=dict(n_train=2048, n_test=512, test_tokens=0.5, min_gap=2, random_state=0),
         ranks=(1, 4, 16, 64),
@@ -34,7 +35,8 @@ SETTINGS = {
         threshold=0.99,
     ),
     "full": dict(
-        scales=(dict(n_bits=8, n_tokens=256), dict(n_bits=12, n_tokens=1024),
+        scales=(dict(n_bits=8, n_tokens=256, n_train=1024, n_test=256),
+                dict(n_bits=12, n_tokens=1024),
                 dict(n_bits=16, n_tokens=2048), dict(n_bits=24, n_tokens=4096)),
         data=dict(n_train=4096, n_test=1024, test_tokens=0.5, min_gap=2, random_state=0),
         ranks=(1, 2, 4, 8, 16, 32, 64, 128, 256),
@@ -132,7 +134,7 @@ def ood_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=
     --------
     >>> from minip_learn.experiments import ood_experiment
     >>> res = ood_experiment(
-    ...     scales=[{"n_bits": 8, "n_tokens": 64}], data={"n_train": 40, "n_test": 20},
+    ...     scales=[{"n_bits": 8, "n_tokens": 128}], data={"n_train": 40, "n_test": 20},
     ...     ranks=(2,), seeds=(0,), softmax_seeds=(0,), kernel={"max_epochs": 5},
     ...     softmax={"max_epochs": 5, "n_init": 1}, progress=False, figures=False)
     >>> res.summary[["n_bits", "model", "n_fits"]].values.tolist()

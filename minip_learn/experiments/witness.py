@@ -184,7 +184,7 @@ def _witness_figures(suite, summary, bound, constructive, kern):
         est = fitted[row["fit_id"]]
         label = f"trained head, rank {int(row['rank'])}, seed {row['seed']}"
     else:
-        from ..theory import exact_kernel_realization
+        from ..constructions import exact_kernel_realization
 
         est = exact_kernel_realization(tokens=suite.tokens, seq_len=suite.X.shape[1])
         label = f"exact construction (R3), rank {est.rank}"

@@ -1,14 +1,20 @@
-"""The theory layer: exact constructions, lower bounds and certificates (THEORY R1-R8).
+"""The theory layer: lower bounds, certificates and designs (numpy only).
 
-* :mod:`~minip_learn.theory.bounds` -- closed-form statements (R4, R5, R8), numpy only.
+See the theory page (:ref:`theory-r4` to :ref:`theory-r8`, :ref:`theory-witness`).
+
+* :mod:`~minip_learn.theory.bounds` -- closed-form statements (R4, R5, R8).
 * :mod:`~minip_learn.theory.capacity` -- R8 applied to a model: its channel capacity
   against the transcript bound of a family (torch only to read a model's dtype).
 * :mod:`~minip_learn.theory.certify` -- :func:`certify`: the certified minimum rank of
-  any family of sequences, recomputed from the sequences (numpy only).
+  any family of sequences, recomputed from the sequences, with a :class:`Certificate`
+  that can be written to JSON.
+* :mod:`~minip_learn.theory.verify` -- :func:`verify_certificate`: an independent,
+  exact check of a certificate against a family.
 * :mod:`~minip_learn.theory.codes` and :mod:`~minip_learn.theory.design` -- the codes
-  and designs behind the witness families, and :func:`bound_table` (numpy only).
-* :mod:`~minip_learn.theory.constructions` -- the exact heads of R1-R3 as fitted
-  estimators (torch is imported only when one is built).
+  and designs behind the witness families, the families themselves
+  (:func:`witness_family`) and :func:`bound_table`.
+
+The exact heads of R1-R3 are estimators; they live in :mod:`minip_learn.constructions`.
 """
 
 from .bounds import (
@@ -28,23 +34,29 @@ from .codes import (
     hadamard_orders,
     product_code,
 )
-from .constructions import exact_kernel_realization, rank_one_head, softmax_construction
 from .design import (
+    block_designs,
     bound_table,
     chain_denominator,
+    describe_blocks,
+    design_rank,
     product_code_bound,
     witness_bound,
     witness_denominators,
+    witness_family,
 )
+from .verify import verify_certificate
 
 __all__ = [
     "Certificate",
     "approximate_identity_rank_bound",
+    "block_designs",
     "bound_table",
     "certify",
     "chain_denominator",
     "channel_capacity_bits",
-    "exact_kernel_realization",
+    "describe_blocks",
+    "design_rank",
     "family_constraints",
     "gap_denominator",
     "gap_domination_ratio",
@@ -56,10 +68,10 @@ __all__ = [
     "model_channel_capacity",
     "product_code",
     "product_code_bound",
-    "rank_one_head",
-    "softmax_construction",
     "transcript_check",
     "transcript_lower_bound",
+    "verify_certificate",
     "witness_bound",
     "witness_denominators",
+    "witness_family",
 ]

@@ -1,4 +1,4 @@
-"""Closed-form statements of THEORY R4, R5 and R8 (numpy only).
+"""Closed-form statements of :ref:`theory-r4`, :ref:`theory-r5` and :ref:`theory-r8` (numpy only).
 
 Every bound here is computed in exact rational arithmetic (:class:`fractions.Fraction`)
 wherever an integer is certified, so that rounding can never claim one unit of rank
@@ -34,19 +34,19 @@ def _check_seq_len_gap(seq_len, gap):
     gap = check_int(gap, "gap")
     if seq_len < 3:
         raise ValueError(
-            f"gap domination (THEORY R4) needs seq_len >= 3 (a query and two competing "
+            f"gap domination (R4 of the theory page) needs seq_len >= 3 (a query and two competing "
             f"keys); got seq_len={seq_len}."
         )
     if gap < 2:
         raise ValueError(
-            f"gap domination (THEORY R4) needs a gap <x,z> - <x,y> >= 2 between the two "
+            f"gap domination (R4 of the theory page) needs a gap <x,z> - <x,y> >= 2 between the two "
             f"candidate overlaps; got gap={gap}."
         )
     return seq_len, gap
 
 
 def gap_denominator(seq_len, gap):
-    """Integer ``K(N, g) = (N-2)(g-1)`` with ``eps(N, g) = 1/K`` (THEORY R4).
+    """Integer ``K(N, g) = (N-2)(g-1)`` with ``eps(N, g) = 1/K`` (:ref:`theory-r4`).
 
     Chains multiply these integers, so every ratio bound the library certifies is
     ``1/K`` for an integer ``K`` and all arithmetic on it is exact.
@@ -124,7 +124,7 @@ def gap_domination_ratio(seq_len, gap, *, exact=False):
 
 
 def gap_mixture_weight(seq_len, a_x, a_y, a_z):
-    """Weight ``mu`` of S2's output in S3's output (THEORY R4).
+    """Weight ``mu`` of S2's output in S3's output (:ref:`theory-r4`).
 
     With ``a_t = alpha(x, t)`` the query output of ``S3 = (x, y, z, ..., z)`` is
     ``(1 - mu) * out(S1) + mu * out(S2)`` where
@@ -204,30 +204,33 @@ def _sums_from_denominators(K):
     ``K`` is an integer (object or int64) matrix; entries ``<= 0`` are not allowed off
     the diagonal.
     """
-    K = np.asarray(K, dtype=object)
+    K = np.asarray(K)
     n = K.shape[0]
-    counts = {}
-    rows = [dict() for _ in range(n)]
-    cols = [dict() for _ in range(n)]
-    for i in range(n):
-        for j in range(n):
-            if i == j:
-                continue
-            k = int(K[i, j])
-            if k < 1:
-                raise ValueError(f"eps denominators must be integers >= 1; got {k} at ({i}, {j}).")
-            counts[k] = counts.get(k, 0) + 1
-            rows[i][k] = rows[i].get(k, 0) + 1
-            cols[j][k] = cols[j].get(k, 0) + 1
-    sum_sq = sum((Fraction(c, k * k) for k, c in counts.items()), Fraction(0))
+    off = ~np.eye(n, dtype=bool)
+    vals = K[off]
+    if vals.dtype == object:
+        try:
+            vals, K = vals.astype(np.int64), K.astype(np.int64)
+        except OverflowError:
+            pass
+    if len(vals) and (vals < 1).any():
+        i, j = (int(v) for v in np.argwhere(off & (K < 1))[0])
+        raise ValueError(f"eps denominators must be integers >= 1; got {K[i, j]} at ({i}, {j}).")
+    uniq, counts = np.unique(vals, return_counts=True)
+    sum_sq = sum((Fraction(int(c), int(k) ** 2) for k, c in zip(uniq, counts)), Fraction(0))
 
-    def _max_sum(groups):
-        return max(
-            (sum((Fraction(c, k) for k, c in g.items()), Fraction(0)) for g in groups),
-            default=Fraction(0),
-        )
+    def _max_sum(M):
+        # per-row counts of each distinct value; distinct count rows summed exactly
+        if not len(uniq):
+            return Fraction(0)
+        idx = np.searchsorted(uniq, M[off].astype(uniq.dtype)).reshape(n, n - 1)
+        counts = np.zeros((n, len(uniq)), dtype=np.int64)
+        np.add.at(counts, (np.repeat(np.arange(n), n - 1), idx.ravel()), 1)
+        inv = [Fraction(1, int(k)) for k in uniq]
+        return max(sum((int(c) * f for c, f in zip(row, inv) if c), Fraction(0))
+                   for row in np.unique(counts, axis=0))
 
-    return sum_sq, _max_sum(rows), _max_sum(cols)
+    return sum_sq, _max_sum(K), _max_sum(K.T)
 
 
 def _rank_from_denominators(K):
@@ -278,7 +281,7 @@ def approximate_identity_rank_bound(n, eps, *, return_value=False):
 
     Examples
     --------
-    THEORY R6: 46 queries, ``eps = 1/5`` gives ``r > 16.4``:
+    The R6 family (:ref:`theory-r6`): 46 queries, ``eps = 1/5`` gives ``r > 16.4``:
 
     >>> from fractions import Fraction
     >>> from minip_learn.theory import approximate_identity_rank_bound
@@ -316,7 +319,7 @@ def approximate_identity_rank_bound(n, eps, *, return_value=False):
 # R8: transcript bound
 # ---------------------------------------------------------------------------------
 def transcript_lower_bound(n_answers, alphabet_size):
-    """Bits a deterministic sketch model must communicate across tokens (THEORY R8).
+    """Bits a deterministic sketch model must communicate across tokens (:ref:`theory-r8`).
 
     **Statement.** For deterministic multi-head, multi-layer sketch models whose
     cross-token channels carry symbols from a finite alphabet, computing ``q``
@@ -347,7 +350,7 @@ def transcript_lower_bound(n_answers, alphabet_size):
 
 
 def channel_capacity_bits(n_heads, n_layers, rank, bits_of_precision):
-    """Channel capacity ``heads x layers x rank x bits`` of a sketch model (THEORY R8).
+    """Channel capacity ``heads x layers x rank x bits`` of a sketch model (:ref:`theory-r8`).
 
     Each head of each layer sends a rank-``r`` sketch, i.e. ``r`` numbers of
     ``bits_of_precision`` bits, across tokens; compare with

@@ -1,15 +1,15 @@
-"""The transcript bound (THEORY R8) applied to a model: channel capacity vs bits needed.
+"""The transcript bound (:ref:`theory-r8`) applied to a model: channel capacity vs bits needed.
 
 A sketch model communicates across tokens only through its sketches: every head of
 every layer sends ``rank`` numbers (what a query reads of ``S`` and ``s`` goes through
 its ``rank`` features), each carrying at most ``bits_of_precision`` bits. Its
 cross-token channel capacity is therefore ``n_heads x n_layers x rank x bits``
-(:func:`~minip_learn.theory.channel_capacity_bits`), and THEORY R8 says that
+(:func:`~minip_learn.theory.channel_capacity_bits`), and :ref:`theory-r8` says that
 computing ``q`` independent answers over ``s + 1`` values needs at least
 ``q log2(s + 1)`` bits (:func:`~minip_learn.theory.transcript_lower_bound`).
 
 What a head sends is really its whole sketch ``(S, s)``: ``rank x (value_dim + 1)``
-numbers. ``count="sketch"`` counts those; the default ``count="rank"`` is THEORY R8's
+numbers. ``count="sketch"`` counts those; the default ``count="rank"`` is the one of :ref:`theory-r8`
 formula. The difference matters: a nonlinear readout can decode a rank-1 sketch (the
 plain mean of the values) when ``value_dim`` is large, which ``count="rank"`` does not
 see.
@@ -90,7 +90,7 @@ def model_channel_capacity(model, *, bits_of_precision=None, count="rank"):
         Bits per transmitted number; None reads the significand of the model's dtype
         (24 for float32, 53 for float64; see the module docstring).
     count : {"rank", "sketch"}, default="rank"
-        Numbers per head: ``rank`` (THEORY R8's formula) or the whole sketch,
+        Numbers per head: ``rank`` (the formula of :ref:`theory-r8`) or the whole sketch,
         ``rank x (value_dim + 1)``.
 
     Returns

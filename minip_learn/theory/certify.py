@@ -1,7 +1,8 @@
-"""Certified minimum rank of a family of Min-IP sequences (THEORY R4 + R5, numpy only).
+"""Certified minimum rank of a family of Min-IP sequences (numpy only).
 
 :func:`certify` reads a family of sequences and proves, from the sequences alone, a
-lower bound on the rank of every nonnegative kernel head that solves the whole family:
+lower bound on the rank of every nonnegative kernel head that solves the whole family
+(see the theory page, :ref:`theory-r4` and :ref:`theory-r5`):
 
 1. **Constraints (R4).** For a query token ``x`` and keys ``y, z`` with
    ``g = <x,z> - <x,y> >= 2`` the family constrains ``alpha(x,z) / alpha(x,y) <
@@ -14,26 +15,45 @@ lower bound on the rank of every nonnegative kernel head that solves the whole f
 2. **Chains.** For each query the constraints form a DAG (overlap with ``x`` strictly
    increases along an edge); ratio bounds multiply along paths, and the best bound
    from a key to another is the path with the largest product of denominators.
-3. **Selection.** Pairs ``(x_i, k_i)`` are chosen greedily so that every ordered pair
-   ``(i, j)``, ``i != j``, is constrained (``k_j`` reachable from ``k_i`` in the DAG of
-   ``x_i``); rows are then dropped while that improves the bound.
+3. **Selection.** A *candidate* is a pair (query ``x``, designated key ``s``); two
+   candidates are compatible when each one's key is reachable from the other's in
+   the other's DAG. A certificate is a set of mutually compatible candidates (a
+   clique). Several searches are run -- greedy by degree, greedy in order of reach,
+   greedy on one candidate per query, and an exhaustive branch and bound where the
+   candidate set is small -- each followed by dropping rows while that improves the
+   bound, and the best certificate wins.
 4. **Rank (R5).** The per-pair bound ``r > n^2 / (n + sum eps_ij^2)`` (and ``r >= n``
    under diagonal dominance) in exact rational arithmetic.
 
 Every ratio bound is ``1/K`` with an integer ``K`` (products of ``(N-2)(g-1)``), so no
-floating-point rounding enters the certified integer.
+floating-point rounding enters the certified integer. A certificate can be written to
+JSON (:meth:`Certificate.to_json`) and checked by
+:func:`~minip_learn.theory.verify_certificate`, which shares no code with this module.
 """
 
-from collections import Counter
+import json
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
 
 from .._validation import check_sequences
+from . import _constraints
 from .bounds import _rank_from_denominators
 
 __all__ = ["Certificate", "certify", "family_constraints"]
+
+#: candidate sets up to this size are searched exhaustively (branch and bound)
+EXACT_MAX_CANDIDATES = 64
+#: node budget of the exhaustive search (beyond it the best clique found is kept)
+EXACT_MAX_NODES = 20000
+#: largest candidate graph held as a dense matrix; larger graphs keep, per query, the
+#: candidates of highest degree
+MAX_DENSE_CANDIDATES = 8000
+
+JSON_FORMAT = "minip-learn certificate"
+JSON_VERSION = 1
 
 
 @dataclass
@@ -60,9 +80,9 @@ class Certificate:
     overlap_gaps : ndarray of shape (n, n)
         ``D[i, j] = <x_i, k_j> - <x_i, k_i>`` (diagonal 0): the overlap distance each
         chain climbs.
-    chains : dict
-        ``chains[(i, j)]`` is the tuple of token indices of the best chain from
-        ``k_i`` to ``k_j`` in the constraint DAG of ``x_i``.
+    parents : list of dict
+        ``parents[i]`` maps a token index to its predecessor on the best chain from
+        ``k_i`` in the constraint DAG of ``x_i`` (a tree rooted at ``k_i``).
     frobenius_value : Fraction
         ``n^2 / (n + sum_{i != j} eps_ij^2)``; the rank is strictly above it.
     diagonally_dominant : bool
@@ -72,6 +92,11 @@ class Certificate:
         Number of ``(x, y, z)`` gap constraints found in the family.
     reason : str
         One line saying where the bound comes from.
+    strategy : str
+        The search that found the winning set of (query, key) pairs.
+    exhaustive : bool
+        Whether the exhaustive search ran to completion (the bound is then the best
+        that any set of pairs gives with these chains).
 
     Examples
     --------
@@ -92,11 +117,13 @@ class Certificate:
     eps: np.ndarray
     eps_denominators: np.ndarray
     overlap_gaps: np.ndarray
-    chains: dict = field(repr=False)
+    parents: list = field(repr=False)
     frobenius_value: Fraction
     diagonally_dominant: bool
     n_constraints: int
     reason: str
+    strategy: str = "none"
+    exhaustive: bool = False
 
     def __int__(self):
         return int(self.certified_min_rank)
@@ -108,6 +135,20 @@ class Certificate:
             f"n_bits={self.n_bits}, n_constraints={self.n_constraints})"
         )
 
+    def chain(self, i, j):
+        """Token indices of the best chain from ``k_i`` to ``k_j`` for query ``x_i``."""
+        root, node = int(self.key_index[i]), int(self.key_index[j])
+        path = [node]
+        while path[-1] != root:
+            path.append(self.parents[i][path[-1]])
+        return tuple(reversed(path))
+
+    @property
+    def chains(self):
+        """``chains[(i, j)]``: :meth:`chain` for every ordered pair ``i != j``."""
+        n = len(self.queries)
+        return {(i, j): self.chain(i, j) for i in range(n) for j in range(n) if i != j}
+
     def summary(self):
         """A few lines explaining the certificate."""
         n = len(self.queries)
@@ -117,9 +158,12 @@ class Certificate:
         ]
         if n >= 2:
             off = ~np.eye(n, dtype=bool)
-            lengths = [len(c) - 1 for c in self.chains.values()]
+            depth = [self._depths(i) for i in range(n)]
+            lengths = [depth[i][int(self.key_index[j])] for i in range(n) for j in range(n)
+                       if i != j]
             lines += [
-                f"{n} queries with designated keys; every ordered pair constrained",
+                f"{n} queries with designated keys; every ordered pair constrained "
+                f"(search: {self.strategy}{', exhaustive' if self.exhaustive else ''})",
                 f"eps_ij in [{self.eps[off].min():.3g}, {self.eps[off].max():.3g}], "
                 f"overlap gaps D_ij in [{self.overlap_gaps[off].min()}, "
                 f"{self.overlap_gaps[off].max()}], chain lengths "
@@ -129,24 +173,138 @@ class Certificate:
             ]
         return "\n".join(lines)
 
+    def _depths(self, i):
+        par, depth = self.parents[i], {int(self.key_index[i]): 0}
 
-def _trivial(X, reason, n_constraints=0):
-    m = X.shape[2]
+        def d(t):
+            if t not in depth:
+                depth[t] = d(par[t]) + 1
+            return depth[t]
+
+        for t in par:
+            d(t)
+        return depth
+
+    # ------------------------------------------------------------------ JSON
+    def to_json(self, *, indent=None):
+        """The certificate as a JSON string, readable by :meth:`from_json`.
+
+        Tokens are written as strings of ``0``/``1``; integers (denominators) are
+        exact; the Frobenius value is a fraction ``"p/q"``.
+
+        Parameters
+        ----------
+        indent : int, default=None
+            Passed to :func:`json.dumps`.
+
+        Returns
+        -------
+        text : str
+
+        Examples
+        --------
+        >>> from minip_learn.datasets import make_witness_suite
+        >>> from minip_learn.theory import Certificate
+        >>> cert = make_witness_suite(construction="small").certificate
+        >>> Certificate.from_json(cert.to_json()).certified_min_rank
+        8
+        """
+        doc = dict(
+            format=JSON_FORMAT, version=JSON_VERSION,
+            certified_min_rank=int(self.certified_min_rank), seq_len=int(self.seq_len),
+            n_bits=int(self.n_bits),
+            tokens=["".join("1" if b else "0" for b in t) for t in self.tokens.tolist()],
+            query_index=[int(i) for i in self.query_index],
+            key_index=[int(i) for i in self.key_index],
+            eps_denominators=[[int(k) for k in row] for row in self.eps_denominators],
+            overlap_gaps=np.asarray(self.overlap_gaps, dtype=np.int64).tolist(),
+            parents=[sorted([int(c), int(p)] for c, p in par.items()) for par in self.parents],
+            frobenius_value=f"{self.frobenius_value.numerator}/{self.frobenius_value.denominator}",
+            diagonally_dominant=bool(self.diagonally_dominant),
+            n_constraints=int(self.n_constraints), reason=self.reason,
+            strategy=self.strategy, exhaustive=bool(self.exhaustive),
+        )
+        return json.dumps(doc, indent=indent)
+
+    @classmethod
+    def from_json(cls, text):
+        """Read a certificate written by :meth:`to_json`.
+
+        Parameters
+        ----------
+        text : str
+            The JSON text.
+
+        Returns
+        -------
+        certificate : Certificate
+
+        Raises
+        ------
+        ValueError
+            If the text is not JSON or not a certificate (the message names the
+            missing or malformed field).
+        """
+        try:
+            doc = json.loads(text)
+        except (TypeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"certificate is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
+            raise ValueError(f"not a certificate: expected a JSON object with "
+                             f"format={JSON_FORMAT!r}.")
+        try:
+            m = int(doc["n_bits"])
+            toks = doc["tokens"]
+            if any(len(t) != m or set(t) - {"0", "1"} for t in toks):
+                raise ValueError(f"every token must be a string of {m} characters 0/1")
+            tokens = np.array([[c == "1" for c in t] for t in toks],
+                              dtype=np.uint8).reshape(len(toks), m)
+            qi = np.array(doc["query_index"], dtype=np.int64)
+            ki = np.array(doc["key_index"], dtype=np.int64)
+            n = len(qi)
+            K = np.ones((n, n), dtype=object)
+            for i, row in enumerate(doc["eps_denominators"]):
+                K[i, :] = [int(k) for k in row]
+            eps = np.array([[_inv(k) for k in row] for row in K]).reshape(n, n)
+            if n:
+                np.fill_diagonal(eps, 1.0)
+            num, den = str(doc["frobenius_value"]).split("/")
+            cert = cls(
+                certified_min_rank=int(doc["certified_min_rank"]),
+                seq_len=int(doc["seq_len"]), n_bits=m, tokens=tokens,
+                queries=tokens[qi], keys=tokens[ki], query_index=qi, key_index=ki,
+                eps=eps, eps_denominators=K,
+                overlap_gaps=np.array(doc["overlap_gaps"], dtype=np.int64).reshape(n, n),
+                parents=[{int(c): int(p) for c, p in par} for par in doc["parents"]],
+                frobenius_value=Fraction(int(num), int(den)),
+                diagonally_dominant=bool(doc["diagonally_dominant"]),
+                n_constraints=int(doc["n_constraints"]), reason=str(doc["reason"]),
+                strategy=str(doc.get("strategy", "none")),
+                exhaustive=bool(doc.get("exhaustive", False)),
+            )
+        except KeyError as exc:
+            raise ValueError(f"certificate lacks the field {exc.args[0]!r}.") from None
+        except (TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"malformed certificate: {exc}") from None
+        return cert
+
+
+def _trivial(tokens, N, reason, n_constraints=0):
+    m = tokens.shape[1]
     empty = np.zeros((0, m), dtype=np.uint8)
     return Certificate(
-        certified_min_rank=1, seq_len=X.shape[1], n_bits=m,
-        tokens=np.unique(X.reshape(-1, m).astype(np.uint8), axis=0),
+        certified_min_rank=1, seq_len=N, n_bits=m, tokens=tokens,
         queries=empty, keys=empty,
         query_index=np.zeros(0, dtype=np.int64), key_index=np.zeros(0, dtype=np.int64),
         eps=np.zeros((0, 0)), eps_denominators=np.zeros((0, 0), dtype=object),
-        overlap_gaps=np.zeros((0, 0), dtype=np.int64), chains={},
+        overlap_gaps=np.zeros((0, 0), dtype=np.int64), parents=[],
         frobenius_value=Fraction(1), diagonally_dominant=True,
-        n_constraints=n_constraints, reason=reason,
+        n_constraints=n_constraints, reason=reason, exhaustive=True,
     )
 
 
 def family_constraints(X):
-    """All gap-domination constraints (THEORY R4) a family of sequences contains.
+    """All gap-domination constraints (see :ref:`theory-r4`) a family contains.
 
     Parameters
     ----------
@@ -175,115 +333,16 @@ def family_constraints(X):
     [(0, 2, 1)]
     """
     X, _ = check_sequences(X, binary=True)
-    n_seq, N, m = X.shape
-    tokens, inv = np.unique(
-        X.reshape(-1, m).astype(np.uint8), axis=0, return_inverse=True
-    )
-    if N < 3:
-        return tokens, {}, _overlap_fn(tokens)
-    ids = np.asarray(inv).reshape(n_seq, N)
-    srt = np.sort(ids, axis=1)
-    n_distinct = 1 + (np.diff(srt, axis=1) != 0).sum(axis=1)
-    multisets = np.unique(srt[n_distinct <= 3], axis=0)
-    overlap = _overlap_fn(tokens)
-
-    s1 = set()
-    s3 = {}
-    for row in multisets:
-        c = Counter(row.tolist())
-        D = list(c)
-        for x in D:
-            for y in D:
-                need = {x: 1}
-                need[y] = need.get(y, 0) + N - 1
-                if need == c:
-                    s1.add((x, y))
-                for z in D:
-                    if y == z:
-                        continue
-                    need = {x: 1}
-                    need[y] = need.get(y, 0) + 1
-                    need[z] = need.get(z, 0) + N - 2
-                    if need != c:
-                        continue
-                    g = overlap(x, z) - overlap(x, y)
-                    if g >= 2:
-                        s3[(x, y, z)] = g
+    cons = _constraints.constraints(X)
     edges = {}
-    for (x, y, z), g in s3.items():
-        if (x, y) in s1 and (x, z) in s1:
-            edges.setdefault(x, []).append((y, z, (N - 2) * (g - 1)))
-    for x in edges:
-        edges[x].sort()
-    return tokens, edges, overlap
-
-
-def _overlap_fn(tokens):
-    T = tokens.astype(np.int64)
-    cache = {}
+    for x, y, z, K in zip(cons.x.tolist(), cons.y.tolist(), cons.z.tolist(), cons.K.tolist()):
+        edges.setdefault(x, []).append((y, z, K))
+    T = cons.tokens.astype(np.int64)
 
     def overlap(a, b):
-        key = (a, b) if a <= b else (b, a)
-        v = cache.get(key)
-        if v is None:
-            v = cache[key] = int(T[a] @ T[b])
-        return v
+        return int(T[a] @ T[b])
 
-    return overlap
-
-
-def _best_chains(x, edge_list, overlap):
-    """For every source key of query ``x``: best product of denominators to each node."""
-    out = {}
-    for y, z, K in edge_list:
-        out.setdefault(y, []).append((z, K))
-    nodes = sorted({y for y, _, _ in edge_list} | {z for _, z, _ in edge_list},
-                   key=lambda t: (overlap(x, t), t))
-    order = {t: i for i, t in enumerate(nodes)}
-    result = {}
-    for src in out:
-        best = {src: 1}
-        pred = {}
-        for t in nodes[order[src]:]:
-            if t not in best:
-                continue
-            for z, K in out.get(t, ()):
-                cand = best[t] * K
-                if cand > best.get(z, 0):
-                    best[z] = cand
-                    pred[z] = t
-        del best[src]
-        result[src] = (best, pred)
-    return result
-
-
-def _chain(pred, src, dst):
-    path = [dst]
-    while path[-1] != src:
-        path.append(pred[path[-1]])
-    return tuple(reversed(path))
-
-
-def _select_pairs(reach, overlap):
-    """Greedy clique of mutually constrained (query, key) pairs."""
-    primary, secondary = [], []
-    for x, by_src in reach.items():
-        ranked = sorted(by_src, key=lambda s: (-len(by_src[s][0]), overlap(x, s), s))
-        for rank, s in enumerate(ranked):
-            (primary if rank == 0 else secondary).append((x, s))
-
-    def key(pair):
-        x, s = pair
-        return (-len(reach[x][s][0]), overlap(x, s), x, s)
-
-    chosen = []
-    for x, s in sorted(primary, key=key) + sorted(secondary, key=key):
-        if any(x == a for a, _ in chosen):
-            continue
-        best = reach[x][s][0]
-        if all(b in best and s in reach[a][b][0] for a, b in chosen):
-            chosen.append((x, s))
-    return chosen
+    return cons.tokens, edges, overlap
 
 
 def _inv(k):
@@ -292,49 +351,307 @@ def _inv(k):
     return 0.0 if k.bit_length() > 1000 else 1.0 / k
 
 
+def _inv_array(K):
+    K = np.asarray(K)
+    if K.dtype == object:
+        try:
+            K = K.astype(np.int64)
+        except OverflowError:
+            return np.array([_inv(k) for k in K.ravel()], dtype=np.float64).reshape(K.shape)
+    return 1.0 / K.astype(np.float64)
+
+
+# --------------------------------------------------------------------------- candidates
+class _Graph:
+    """Candidates (query, key) and their compatibility, from the best chains."""
+
+    def __init__(self, cons, R):
+        T = np.int64(len(cons.tokens))
+        vcode = R.x * T + R.s
+        codes, first, count = np.unique(vcode, return_index=True, return_counts=True)
+        self.x, self.s = codes // T, codes % T
+        self.reach_size = count
+        self.overlap = cons.overlap(self.x, self.s)
+        V = self.V = len(codes)
+        row_v = np.repeat(np.arange(V), count)
+        # half-edges u -> w: w's key is reachable from u's key in u's DAG
+        by_src = np.argsort(self.s, kind="stable")
+        src = self.s[by_src]
+        lo = np.searchsorted(src, R.t, side="left")
+        cnt = np.searchsorted(src, R.t, side="right") - lo
+        rep = np.repeat(np.arange(len(R)), cnt)
+        offs = np.cumsum(cnt) - cnt
+        u, w = row_v[rep], by_src[lo[rep] + (np.arange(len(rep)) - offs[rep])]
+        K = R.K[rep]
+        other = self.x[u] != self.x[w]
+        u, w, K = u[other], w[other], K[other]
+        half = u * np.int64(V) + w
+        order = np.argsort(half, kind="stable")
+        half, K = half[order], K[order]
+        both = _constraints._isin(w[order] * np.int64(V) + u[order], half)
+        self.half, self.K = half[both], K[both]
+        self.degree = np.bincount(self.half // V, minlength=V)
+        # priority: larger reach, then lower overlap with the query, then indices
+        self.priority = np.lexsort((self.s, self.x, self.overlap, -self.reach_size))
+
+    def denominators(self, clique):
+        c = np.asarray(clique, dtype=np.int64)
+        n = len(c)
+        codes = (c[:, None] * np.int64(self.V) + c[None, :]).ravel()
+        pos = np.searchsorted(self.half, codes)
+        pos[pos >= len(self.half)] = 0
+        K = np.ones(n * n, dtype=self.K.dtype)
+        off = ~np.eye(n, dtype=bool).ravel()
+        K[off] = self.K[pos[off]]
+        return K.reshape(n, n)
+
+    def dense(self, keep):
+        idx = np.full(self.V, -1, dtype=np.int64)
+        idx[keep] = np.arange(len(keep))
+        u, w = idx[self.half // self.V], idx[self.half % self.V]
+        ok = (u >= 0) & (w >= 0)
+        A = np.zeros((len(keep), len(keep)), dtype=bool)
+        A[u[ok], w[ok]] = True
+        return A
+
+
+def _estimate(n, E2sum, rowmax):
+    if n <= 1:
+        return n
+    if rowmax <= 1 - 1e-9:
+        return n
+    return min(n, math.floor(n * n / (n + E2sum) * (1 - 1e-12)) + 1)
+
+
 def _prune(K):
-    """Drop rows/columns while the Frobenius value improves; best exact rank wins.
-
-    Returns the kept indices.
-    """
-    idx = list(range(len(K)))
-    best_rank = _rank_from_denominators(K)[0]
-    best_idx = list(idx)
-    Kf = np.array([[_inv(k) for k in row] for row in K]) if len(K) else np.zeros((0, 0))
-    E2 = Kf ** 2
-    np.fill_diagonal(E2, 0.0)
-    while len(idx) > 2:
-        sub = E2[np.ix_(idx, idx)]
-        n = len(idx)
-        S = sub.sum()
-        value = n * n / (n + S)
-        drop = S - sub.sum(axis=0) - sub.sum(axis=1)
-        values = (n - 1) ** 2 / (n - 1 + drop)
+    """Drop rows/columns while that improves the bound; returns the kept indices."""
+    n = len(K)
+    if n <= 2:
+        return list(range(n))
+    E = _inv_array(K)
+    np.fill_diagonal(E, 0.0)
+    E2 = E * E
+    rows, cols = E2.sum(axis=1), E2.sum(axis=0)
+    alive = np.ones(n, dtype=bool)
+    S = float(E2.sum())
+    best = (_estimate(n, S, E.sum(axis=1).max()), n)
+    dropped = []
+    m = n
+    while m > 2:
+        drop = S - rows - cols
+        values = np.where(alive, (m - 1) ** 2 / (m - 1 + drop), -np.inf)
         i = int(np.argmax(values))
-        if not values[i] > value * (1 + 1e-12):
+        if not values[i] > m * m / (m + S) * (1 + 1e-12):
             break
-        del idx[i]
-        rank = _rank_from_denominators(K[np.ix_(idx, idx)])[0]
-        if rank > best_rank:
-            best_rank, best_idx = rank, list(idx)
-    return best_idx
+        alive[i] = False
+        dropped.append(i)
+        S = float(drop[i])
+        rows -= E2[:, i]
+        cols -= E2[i, :]
+        m -= 1
+        est = _estimate(m, S, np.inf)
+        if est > best[0]:
+            best = (est, m)
+    keep_n = best[1]
+    gone = set(dropped[: n - keep_n])
+    return [i for i in range(n) if i not in gone]
 
 
+def _greedy_degree(A, priority_rank, allowed=None):
+    V = len(A)
+    P = np.ones(V, dtype=bool) if allowed is None else allowed.copy()
+    deg = A[:, P].sum(axis=1).astype(np.int64)
+    chosen = []
+    while P.any():
+        score = np.where(P, deg * (V + 1) - priority_rank, np.iinfo(np.int64).min)
+        v = int(np.argmax(score))
+        chosen.append(v)
+        newP = P & A[v]
+        removed = P & ~newP
+        deg -= A[:, removed].sum(axis=1)
+        P = newP
+    return chosen
+
+
+def _greedy_order(A, order):
+    ok = np.ones(len(A), dtype=bool)
+    chosen = []
+    for v in order:
+        if ok[v]:
+            chosen.append(int(v))
+            ok &= A[v]
+    return chosen
+
+
+def _exact_rank(C, Kinv):
+    n = len(C)
+    if n < 2:
+        return 1
+    S = Fraction(0)
+    rows, cols = [Fraction(0)] * n, [Fraction(0)] * n
+    for a, u in enumerate(C):
+        for b, v in enumerate(C):
+            if a != b:
+                e = Kinv[u][v]
+                S += e * e
+                rows[a] += e
+                cols[b] += e
+    if max(rows) <= 1 or max(cols) <= 1:
+        return n
+    return min(n, math.floor(Fraction(n * n) / (n + S)) + 1)
+
+
+def _upper_bound(n, S, n_max, e_min):
+    """Largest rank any clique of ``n..n_max`` members could certify.
+
+    Every pair added to a clique of ``n`` members (sum of squared bounds ``S``) adds
+    at least ``e_min^2``; dominance can give ``n'`` only while ``(n'-1) e_min <= 1``.
+    """
+    best = n
+    for k in range(n, n_max + 1):
+        if (k - 1) * e_min <= 1:
+            best = max(best, k)
+            continue
+        S_k = S + (k * (k - 1) - n * (n - 1)) * e_min * e_min
+        best = max(best, min(k, math.floor(k * k / (k + S_k) * (1 + 1e-9)) + 1))
+    return best
+
+
+def _exact_clique_search(A, Kinv, start_rank, max_nodes):
+    """Branch and bound over all cliques of ``A``.
+
+    ``Kinv[u][w]`` is ``Fraction(1, K_uw)``. Floats steer the search with a margin;
+    every improvement is confirmed in exact arithmetic. Returns
+    ``(rank, clique or None, complete)``.
+    """
+    V = len(A)
+    nbr = [sum(1 << int(w) for w in np.flatnonzero(A[u])) for u in range(V)]
+    Kf = {u: {w: float(e) for w, e in Kinv[u].items()} for u in Kinv}
+    e_min = min((e for u in Kf for e in Kf[u].values()), default=0.0)
+    best = [start_rank, None]
+    nodes = [0]
+
+    def rec(C, P, S, rows, cols):
+        nodes[0] += 1
+        n = len(C)
+        if n >= 2:
+            if max(rows) <= 1 + 1e-9 or max(cols) <= 1 + 1e-9:
+                est = n
+            else:
+                est = min(n, math.floor(n * n / (n + S) * (1 + 1e-9)) + 1)
+            if est > best[0]:
+                r = _exact_rank(C, Kinv)
+                if r > best[0]:
+                    best[0], best[1] = r, list(C)
+        while P:
+            if nodes[0] >= max_nodes:
+                return
+            if _upper_bound(n, S, n + bin(P).count("1"), e_min) <= best[0]:
+                return
+            v = P.bit_length() - 1
+            P &= ~(1 << v)
+            newS = S
+            new_rows, new_cols = list(rows) + [0.0], list(cols) + [0.0]
+            for k, u in enumerate(C):
+                a, b = Kf[u][v], Kf[v][u]
+                newS += a * a + b * b
+                new_rows[k] += a
+                new_cols[k] += b
+                new_rows[-1] += b
+                new_cols[-1] += a
+            rec(C + [v], P & nbr[v], newS, new_rows, new_cols)
+
+    rec([], (1 << V) - 1, 0.0, [], [])
+    return best[0], best[1], nodes[0] < max_nodes
+
+
+def _select(G):
+    """Run every search; returns (clique in graph indices, strategy, exhaustive)."""
+    V = G.V
+    if V > MAX_DENSE_CANDIDATES:
+        # keep, per query, its candidates of highest degree
+        order = np.lexsort((G.priority.argsort(), -G.degree, G.x))
+        per_q = max(1, MAX_DENSE_CANDIDATES // max(1, len(np.unique(G.x))))
+        rank_in_q = np.zeros(V, dtype=np.int64)
+        xs = G.x[order]
+        starts = np.r_[0, np.flatnonzero(xs[1:] != xs[:-1]) + 1]
+        for a, b in zip(starts, np.r_[starts[1:], V]):
+            rank_in_q[order[a:b]] = np.arange(b - a)
+        keep = np.sort(np.flatnonzero(rank_in_q < per_q))
+    else:
+        keep = np.arange(V)
+    A = G.dense(keep)
+    prio_rank = np.empty(len(keep), dtype=np.int64)
+    sub_priority = np.argsort(np.argsort(G.priority)[keep], kind="stable")
+    prio_rank[sub_priority] = np.arange(len(keep))
+    # one candidate per query: the first in priority order
+    xs = G.x[keep]
+    primary = np.zeros(len(keep), dtype=bool)
+    seen = set()
+    for v in sub_priority:
+        if xs[v] not in seen:
+            seen.add(xs[v])
+            primary[v] = True
+    found = [
+        ("greedy by degree", _greedy_degree(A, prio_rank)),
+        ("greedy in order of reach", _greedy_order(A, sub_priority)),
+        ("greedy by degree, one key per query", _greedy_degree(A, prio_rank, primary)),
+    ]
+    results = []
+    for name, clique in found:
+        clique = [int(keep[v]) for v in clique]
+        K = G.denominators(clique)
+        kept = _prune(K)
+        clique = [clique[i] for i in kept]
+        rank = _rank_from_denominators(G.denominators(clique))[0] if len(clique) > 1 else 1
+        results.append((rank, name, clique))
+    best_rank = max(r[0] for r in results)
+    # a set certifying more than best_rank has more than best_rank members, each
+    # compatible with all the others: only the core of degree >= best_rank can hold it
+    core = np.ones(len(keep), dtype=bool)
+    while True:
+        shrunk = core & (A[:, core].sum(axis=1) >= best_rank)
+        if (shrunk == core).all():
+            break
+        core = shrunk
+    idx = np.flatnonzero(core)
+    exhaustive = len(idx) == 0
+    if 0 < len(idx) <= EXACT_MAX_CANDIDATES:
+        sub = A[np.ix_(idx, idx)]
+        Kinv = {}
+        for u in range(len(idx)):
+            nb = np.flatnonzero(sub[u])
+            K = G.denominators([int(keep[idx[u]])] + [int(keep[idx[w]]) for w in nb])[0, 1:]
+            Kinv[u] = {int(w): Fraction(1, int(k)) for w, k in zip(nb, K)}
+        rank, clique, exhaustive = _exact_clique_search(sub, Kinv, best_rank, EXACT_MAX_NODES)
+        if clique is not None:
+            results.append((rank, "exhaustive search", [int(keep[idx[v]]) for v in clique]))
+    rank, name, clique = max(results, key=lambda r: r[0])
+    return clique, name, exhaustive
+
+
+# --------------------------------------------------------------------------- certify
 def certify(X, *, return_certificate=False):
-    """Certified minimum kernel rank of a family of sequences (THEORY R4-R5).
+    """Certified minimum kernel rank of a family of sequences.
 
     The certificate is recomputed from the sequences themselves; nothing about how the
-    family was built is trusted. The claim holds for *every* nonnegative kernel head
-    (any feature maps, value map and affine readout): a head of smaller rank cannot
-    solve every sequence of ``X`` with error below 1/2, so a trained model that does
-    is a bug.
+    family was built is trusted (see the theory page, :ref:`theory-r4` and
+    :ref:`theory-r5`). The claim holds for *every* nonnegative kernel head (any feature
+    maps and value map, an affine readout that may depend on the query): a head of
+    smaller rank cannot solve every sequence of ``X`` with error below 1/2, so a
+    trained model that does is a bug.
+
+    Adding sequences never lowers the result where the search is exhaustive (small
+    candidate sets); on larger families several searches are run and the best
+    certificate found is returned.
 
     Parameters
     ----------
     X : array-like of shape (n_samples, seq_len, n_bits)
         Binary token sequences (one common length).
     return_certificate : bool, default=False
-        Also return the :class:`Certificate` (queries, keys, eps matrix, chains...).
+        Also return the :class:`Certificate` (queries, keys, eps matrix, chains...),
+        which :func:`~minip_learn.theory.verify_certificate` checks independently.
 
     Returns
     -------
@@ -347,6 +664,7 @@ def certify(X, *, return_certificate=False):
     See Also
     --------
     minip_learn.datasets.make_witness_suite : families built to make this large.
+    minip_learn.theory.verify_certificate : the independent check.
 
     Examples
     --------
@@ -360,53 +678,61 @@ def certify(X, *, return_certificate=False):
     (8, 10)
     """
     X, _ = check_sequences(X, binary=True)
+    cert = _certify(X)
+    return (cert.certified_min_rank, cert) if return_certificate else cert.certified_min_rank
+
+
+def _certify(X, *, reference=False):
+    """Certificate of a validated binary family (``reference``: plain-Python chains)."""
+    if X.dtype != np.uint8:
+        X = X.astype(np.uint8)
     N = X.shape[1]
+    if reference:
+        cons = _constraints.constraints_reference(X)
+    else:
+        cons = _constraints.constraints(X)
+    tokens = cons.tokens
     if N < 3:
-        cert = _trivial(X, f"seq_len={N} <= 2: gap domination needs three tokens (R1: rank 1 solves it)")
-        return (1, cert) if return_certificate else 1
-    tokens, edges, overlap = family_constraints(X)
-    n_constraints = sum(len(v) for v in edges.values())
-    if not edges:
-        cert = _trivial(X, "the family contains no (S1, S2, S3) triple with gap >= 2")
-        return (1, cert) if return_certificate else 1
-    reach = {x: _best_chains(x, e, overlap) for x, e in edges.items()}
-    chosen = _select_pairs(reach, overlap)
-    n = len(chosen)
-    K = np.ones((n, n), dtype=object)
-    for i, (x, s) in enumerate(chosen):
-        best = reach[x][s][0]
-        for j, (_, t) in enumerate(chosen):
-            if i != j:
-                K[i, j] = best[t]
-    keep = _prune(K) if n > 2 else list(range(n))
-    chosen = [chosen[i] for i in keep]
-    K = K[np.ix_(keep, keep)]
-    n = len(chosen)
-    rank, value, dominant = _rank_from_denominators(K)
+        return _trivial(tokens, N, f"seq_len={N} <= 2: gap domination needs three tokens "
+                                   "(R1: rank 1 solves it)")
+    n_constraints = len(cons)
+    if not n_constraints:
+        return _trivial(tokens, N, "the family contains no (S1, S2, S3) triple with gap >= 2")
+    R = _constraints.reach_reference(cons) if reference else _constraints.reach(cons)
+    G = _Graph(cons, R)
+    if G.V < 2 or not len(G.half):
+        return _trivial(tokens, N, "no two (query, key) pairs constrain each other",
+                        n_constraints)
+    clique, strategy, exhaustive = _select(G)
+    n = len(clique)
     if n < 2:
-        cert = _trivial(X, "no two (query, key) pairs constrain each other", n_constraints)
-        return (1, cert) if return_certificate else 1
-    qi = np.array([x for x, _ in chosen])
-    ki = np.array([s for _, s in chosen])
-    D = np.array([[overlap(x, t) - overlap(x, s) for _, t in chosen] for x, s in chosen])
-    chains = {
-        (i, j): _chain(reach[x][s][1], s, t)
-        for i, (x, s) in enumerate(chosen)
-        for j, (_, t) in enumerate(chosen)
-        if i != j
-    }
-    eps = np.array([[_inv(k) for k in row] for row in K])
+        return _trivial(tokens, N, "no two (query, key) pairs constrain each other",
+                        n_constraints)
+    K = G.denominators(clique)
+    rank, value, dominant = _rank_from_denominators(K)
+    c = np.asarray(clique)
+    qi, ki = G.x[c], G.s[c]
+    ov = cons.overlap
+    D = (ov(np.repeat(qi, n), np.tile(ki, n)).reshape(n, n)
+         - ov(qi, ki)[:, None])
+    parents = []
+    T = np.int64(len(tokens))
+    rcode = R.x * T + R.s
+    for x, s in zip(qi, ki):
+        lo, hi = np.searchsorted(rcode, [x * T + s, x * T + s + 1])
+        parents.append(dict(zip(R.t[lo:hi].tolist(), R.pred[lo:hi].tolist())))
+    Kobj = K.astype(object)
+    eps = _inv_array(K)
     np.fill_diagonal(eps, 1.0)
-    cert = Certificate(
+    return Certificate(
         certified_min_rank=int(rank), seq_len=N, n_bits=X.shape[2], tokens=tokens,
         queries=tokens[qi], keys=tokens[ki], query_index=qi, key_index=ki,
-        eps=eps, eps_denominators=K, overlap_gaps=D, chains=chains,
+        eps=eps, eps_denominators=Kobj, overlap_gaps=D, parents=parents,
         frobenius_value=value, diagonally_dominant=bool(dominant),
         n_constraints=n_constraints,
         reason=(
             f"{n} mutually constrained (query, key) pairs; R5 per-pair bound "
             + ("(diagonal dominance)" if dominant else f"r > {float(value):.4f}")
         ),
+        strategy=strategy, exhaustive=bool(exhaustive),
     )
-    return (int(rank), cert) if return_certificate else int(rank)
-

@@ -1,4 +1,4 @@
-"""Binary codes behind the witness families (THEORY R6), numpy only.
+"""Binary codes behind the witness families (:ref:`theory-r6`), numpy only.
 
 A witness family needs queries ``x_i`` whose complements ``k_i = ~x_i`` overlap them
 in 0 while overlapping every other query in ``d_ij = |x_i| - <x_i, x_j>``: a
@@ -128,7 +128,7 @@ def hadamard_matrix(order):
 
 
 def hadamard_code(order, *, half=False):
-    """Constant-weight code from a Hadamard matrix (THEORY R6).
+    """Constant-weight code from a Hadamard matrix (:ref:`theory-r6`).
 
     Drops the all-ones row of the normalised matrix and maps the other rows (and,
     unless ``half``, their negations) to ``{0,1}`` by ``(1 + h)/2``.

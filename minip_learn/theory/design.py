@@ -1,6 +1,6 @@
 """Witness designs: the certified bound of a family computed from its parameters.
 
-A *witness design* (THEORY R6) takes queries ``x_1..x_n`` from a constant-weight code,
+A *witness design* (see the theory page, :ref:`theory-witness`) takes queries ``x_1..x_n`` from a constant-weight code,
 keys ``k_i = ~x_i`` (overlap 0 with ``x_i``; ``d_ij = |x_i| - <x_i, x_j>`` with the
 other queries), and for each query the sequences
 
@@ -10,20 +10,23 @@ other queries), and for each query the sequences
   ``j != i``, from the ladder token ``w_{i,t_ij}`` (``w_{i,0} = k_i``) to ``k_j``.
 
 The ladder ``w_{i,t} = k_i`` plus the first ``t * gap`` one-bits of ``x_i`` climbs the
-overlap with ``x_i`` in steps of ``gap`` (THEORY R4 chains: a gap of about 4-5 per step
-decays fastest), so the pair ``(i, j)`` gets the ratio bound ``1/K_ij`` with
+overlap with ``x_i`` in steps of ``gap`` (chains of :ref:`theory-r4`: a gap of about 4-5 per
+step decays fastest), so the pair ``(i, j)`` gets the ratio bound ``1/K_ij`` with
 
     ``K_ij = ((N-2)(gap-1))^t * (N-2)(d_ij - t*gap - 1)``
 
 for the best ``t`` (:func:`chain_denominator`). The rank then follows from the same
-R5 function :func:`~minip_learn.theory.certify` applies, so the bound computed here
-equals what ``certify`` recomputes from the materialised family whenever no query
-token doubles as a key or ladder token (``exact`` designs: padding bits or half
-codes); otherwise ``certify`` may find extra chains and the design bound is a lower
-bound of it. :func:`bound_table` tabulates the best design bound over sizes without
-materialising the (huge) families.
+R5 function :func:`~minip_learn.theory.certify` applies (:func:`design_rank`), so the
+bound computed here equals what ``certify`` recomputes from the materialised family
+(:func:`witness_family`) whenever no query token doubles as a key or ladder token
+(``exact`` designs: padding bits or half codes); otherwise ``certify`` may find extra
+chains and the design bound is a lower bound of it. :func:`bound_table` tabulates the
+best design bound over sizes, including products whose number of blocks grows with
+``n_bits`` (:ref:`theory-exponential`), and recomputes the bound with ``certify`` from
+the families that fit a budget.
 """
 
+import functools
 import itertools
 import math
 from fractions import Fraction
@@ -32,15 +35,21 @@ import numpy as np
 
 from .._validation import check_int
 from .bounds import _rank_from_denominators, _rank_from_sums
-from .certify import _inv, _prune
-from .codes import hadamard_orders
+from .certify import _inv, _prune, certify
+from .codes import hadamard_orders, product_code
 
 __all__ = [
+    "LADDER_GAPS",
+    "COLUMNS",
+    "block_designs",
     "bound_table",
     "chain_denominator",
+    "describe_blocks",
+    "design_rank",
     "product_code_bound",
     "witness_bound",
     "witness_denominators",
+    "witness_family",
 ]
 
 #: ladder gaps tried when a design chooses its own (None = a single step)
@@ -48,7 +57,7 @@ LADDER_GAPS = (None, 2, 3, 4, 5, 6, 7, 8)
 
 
 def chain_denominator(distance, seq_len, *, ladder_gap=None, max_steps=None):
-    """Best chained ratio bound ``1/K`` over an overlap distance (THEORY R4 chains).
+    """Best chained ratio bound ``1/K`` over an overlap distance (:ref:`theory-r4`).
 
     Parameters
     ----------
@@ -132,22 +141,22 @@ def witness_denominators(words, seq_len, *, ladder_gap=None):
     n = len(W)
     G = W @ W.T
     dist = G.diagonal()[:, None] - G
-    K = np.ones((n, n), dtype=object)
-    steps = np.zeros((n, n), dtype=np.int64)
-    cache = {}
-    for i in range(n):
-        for j in range(n):
-            if i == j:
-                continue
-            d = int(dist[i, j])
-            if d not in cache:
-                cache[d] = chain_denominator(d, seq_len, ladder_gap=ladder_gap)
-            K[i, j], steps[i, j] = cache[d]
-            if K[i, j] == 0:
-                raise ValueError(
-                    f"queries {i} and {j} differ in only {d} position(s) of the support: "
-                    "a witness pair needs overlap distance >= 2."
-                )
+    off = ~np.eye(n, dtype=bool)
+    values, inverse = np.unique(dist, return_inverse=True)
+    table = [chain_denominator(int(d), seq_len, ladder_gap=ladder_gap) for d in values]
+    Ks = np.array([k for k, _ in table], dtype=object)
+    ts = np.array([t for _, t in table], dtype=np.int64)
+    inverse = inverse.reshape(n, n)
+    K = Ks[inverse]
+    steps = np.where(off, ts[inverse], 0)
+    K[~off] = 1
+    bad = off & (K == 0)
+    if bad.any():
+        i, j = (int(v) for v in np.argwhere(bad)[0])
+        raise ValueError(
+            f"queries {i} and {j} differ in only {int(dist[i, j])} position(s) of the "
+            "support: a witness pair needs overlap distance >= 2."
+        )
     return K, steps, dist
 
 
@@ -155,11 +164,43 @@ def _family_size(n, ladder_lengths):
     return int(n * (2 * n - 1) + 2 * int(np.sum(ladder_lengths)))
 
 
+def design_rank(K):
+    """Certified rank from designed denominators, as :func:`certify` selects rows.
+
+    Rows are dropped while that improves the R5 value (:ref:`theory-r5`), exactly
+    the pruning :func:`~minip_learn.theory.certify` applies to the pairs it selects.
+
+    Parameters
+    ----------
+    K : array-like of shape (n, n)
+        Integer denominators ``K[i, j] >= 1`` (``eps_ij = 1/K[i, j]``; the diagonal is
+        ignored).
+
+    Returns
+    -------
+    rank : int
+
+    Examples
+    --------
+    >>> from minip_learn.theory import design_rank, hadamard_code, witness_denominators
+    >>> K, _, _ = witness_denominators(hadamard_code(24), 3)
+    >>> design_rank(K)
+    17
+    """
+    K = np.asarray(K, dtype=object)
+    n = len(K)
+    if n < 2:
+        return 1
+    keep = _prune(K) if n > 2 else list(range(n))
+    return int(_rank_from_denominators(K[np.ix_(keep, keep)])[0])
+
+
 def witness_bound(words, seq_len, *, ladder_gap=None):
     """Certified minimum rank of the witness family on ``words`` (from its design).
 
     Applies to the designed ratio bounds (:func:`witness_denominators`) exactly the
-    selection and R5 computation of :func:`~minip_learn.theory.certify`.
+    pruning and R5 computation of :func:`~minip_learn.theory.certify`
+    (:func:`design_rank`).
 
     Parameters
     ----------
@@ -179,14 +220,83 @@ def witness_bound(words, seq_len, *, ladder_gap=None):
     Examples
     --------
     >>> from minip_learn.theory import hadamard_code, witness_bound
-    >>> witness_bound(hadamard_code(24), 3)     # THEORY R6
+    >>> witness_bound(hadamard_code(24), 3)     # the R6 family
     (17, 4186)
     """
     K, steps, _ = witness_denominators(words, seq_len, ladder_gap=ladder_gap)
     n = len(K)
-    keep = _prune(K) if n > 2 else list(range(n))
-    rank = _rank_from_denominators(K[np.ix_(keep, keep)])[0] if n > 1 else 1
-    return int(rank), _family_size(n, steps.max(axis=1) if n else 0)
+    return design_rank(K), _family_size(n, steps.max(axis=1) if n else 0)
+
+
+def witness_family(words, seq_len, *, ladder_gap=None, steps=None):
+    """The sequences of the witness family on ``words`` (:ref:`theory-witness`).
+
+    For each query ``x_i`` (key ``k_i = ~x_i``, ladder ``w_(i,t)`` = ``k_i`` plus the
+    first ``t * ladder_gap`` one-bits of ``x_i``, ``w_(i,0) = k_i``), in this order:
+    ``S1(x_i, k_i)``; for every ``j != i``, ``S1(x_i, k_j)`` and
+    ``S3(x_i, w_(i,t_ij), k_j)``; then for every ladder step ``t``, ``S1(x_i, w_(i,t))``
+    and ``S3(x_i, w_(i,t-1), w_(i,t))``; where ``S1(x, a) = (x, a, ..., a)`` and
+    ``S3(x, a, b) = (x, a, b, ..., b)``. Built with array operations (no loop over
+    sequences).
+
+    Parameters
+    ----------
+    words : array-like of shape (n, n_bits)
+        Queries (binary).
+    seq_len : int
+        ``N >= 3``.
+    ladder_gap : int or None, default=None
+        Ladder step (None: single steps).
+    steps : array-like of shape (n, n), default=None
+        Ladder steps ``t_ij`` before the last step to ``k_j``; default: those of
+        :func:`witness_denominators`.
+
+    Returns
+    -------
+    X : ndarray of shape (n_sequences, seq_len, n_bits), dtype uint8
+
+    Examples
+    --------
+    >>> from minip_learn.theory import certify, hadamard_code, witness_family
+    >>> X = witness_family(hadamard_code(24), 3)
+    >>> X.shape, certify(X)
+    ((4186, 3, 24), 17)
+    """
+    W = np.asarray(words).astype(np.uint8)
+    N = check_int(seq_len, "seq_len", min_value=3)
+    n, m = W.shape
+    if steps is None:
+        _, steps, _ = witness_denominators(W, N, ladder_gap=ladder_gap)
+    steps = np.asarray(steps, dtype=np.int64)
+    keys = (1 - W).astype(np.uint8)
+    s_i = steps.max(axis=1, initial=0) if n else np.zeros(0, dtype=np.int64)
+    L = int(s_i.max(initial=0))
+    # ladder[i, t]: k_i plus the first t * gap one-bits of x_i
+    ladder = np.repeat(keys[:, None, :], L + 1, axis=1)
+    if L:
+        rank_of_one = np.cumsum(W, axis=1) * W          # 1-based position among ones
+        for t in range(1, L + 1):
+            ladder[:, t][(rank_of_one >= 1) & (rank_of_one <= t * ladder_gap)] = 1
+
+    def seq(x, a, b):
+        out = np.empty((len(x), N, m), dtype=np.uint8)
+        out[:, 0], out[:, 1], out[:, 2:] = x, a, b[:, None, :]
+        return out
+
+    ii, jj = np.nonzero(~np.eye(n, dtype=bool))
+    per_query = 1 + 2 * (n - 1) + 2 * s_i
+    start = np.cumsum(per_query) - per_query
+    X = np.empty((int(per_query.sum()), N, m), dtype=np.uint8)
+    X[start] = seq(W, keys, keys)
+    pos = start[ii] + 1 + 2 * (jj - (jj > ii))
+    X[pos] = seq(W[ii], keys[jj], keys[jj])
+    X[pos + 1] = seq(W[ii], ladder[ii, steps[ii, jj]], keys[jj])
+    qi = np.repeat(np.arange(n), s_i)
+    t = np.arange(len(qi)) - np.repeat(np.cumsum(s_i) - s_i, s_i) + 1
+    pos = start[qi] + 2 * (n - 1) + 1 + 2 * (t - 1)
+    X[pos] = seq(W[qi], ladder[qi, t], ladder[qi, t])
+    X[pos + 1] = seq(W[qi], ladder[qi, t - 1], ladder[qi, t])
+    return X
 
 
 # ---------------------------------------------------------------------------------
@@ -208,20 +318,27 @@ def _product_histogram(blocks):
     return {d: c for d, c in hist.items() if c}
 
 
+@functools.lru_cache(maxsize=65536)
+def _chain_K(d, seq_len, ladder_gap):
+    K, t = chain_denominator(d, seq_len, ladder_gap=ladder_gap)
+    return K, t, _inv(K) if K else 0.0
+
+
 def _histogram_sums(hist, seq_len, ladder_gap, exact):
     num = Fraction if exact else float
     sum_sq, row, steps = num(0), num(0), 0
     for d, c in hist.items():
-        K, t = chain_denominator(d, seq_len, ladder_gap=ladder_gap)
+        K, t, inv = _chain_K(d, seq_len, ladder_gap)
         if K == 0:
             return None
         if exact:
             sum_sq += Fraction(c, K * K)
             row += Fraction(c, K)
         else:
-            sum_sq += c * _inv(K) ** 2
-            row += c * _inv(K)
-        steps = max(steps, t)
+            sum_sq += c * inv * inv
+            row += c * inv
+        if t > steps:
+            steps = t
     return sum_sq, row, steps
 
 
@@ -282,7 +399,37 @@ def product_code_bound(blocks, seq_len, *, ladder_gap=None, n_bits=None):
     )
 
 
-def _block_multisets(n_bits, max_blocks):
+def block_designs(n_bits, *, max_blocks=4):
+    """Products of Hadamard codes that fit ``n_bits`` (candidate witness designs).
+
+    Every multiset of one to ``max_blocks`` constructible orders ``>= 8`` whose sum is
+    at most ``n_bits``, and, for every order ``b``, the product of ``n_bits // b``
+    blocks of order ``b`` whatever ``max_blocks`` is: the designs whose number of
+    blocks grows with ``n_bits`` (:ref:`theory-exponential`). A design without
+    padding bits also comes with one half block (no query is another's key: an
+    exact design).
+
+    Parameters
+    ----------
+    n_bits : int
+    max_blocks : int, default=4
+        Most blocks of the mixed products.
+
+    Returns
+    -------
+    designs : list of tuple of (order, half)
+
+    Examples
+    --------
+    >>> from minip_learn.theory import block_designs, describe_blocks
+    >>> designs = block_designs(16)
+    >>> designs[:3]
+    [((8, False),), ((8, False), (8, False)), ((8, True), (8, False))]
+    >>> [describe_blocks(b, 64) for b in block_designs(64, max_blocks=1)][:5]
+    ['H8 + 56 pad', 'H8 x H8 x H8 x H8 x H8 x H8 x H8 x H8', 'H8/2 x H8 x H8 x H8 x H8 x H8 x H8 x H8', 'H12 + 52 pad', 'H12 x H12 x H12 x H12 x H12 + 4 pad']
+    """
+    n_bits = check_int(n_bits, "n_bits", min_value=1)
+    max_blocks = check_int(max_blocks, "max_blocks", min_value=1)
     orders = [h for h in hadamard_orders(n_bits) if h >= 8]
 
     def rec(start, remaining, depth):
@@ -296,21 +443,26 @@ def _block_multisets(n_bits, max_blocks):
             for rest in rec(k, remaining - h, depth - 1):
                 yield (h,) + rest
 
-    for combo in rec(0, n_bits, max_blocks):
-        if not combo:
-            continue
-        variants = [tuple((h, False) for h in combo)]
+    combos = {c for c in rec(0, n_bits, max_blocks) if c}
+    combos |= {(h,) * (n_bits // h) for h in orders}
+    out = []
+    for combo in sorted(combos):
+        out.append(tuple((h, False) for h in combo))
         if sum(combo) == n_bits:   # no padding bit: one half block makes it exact
             for h in sorted(set(combo)):
                 i = combo.index(h)
-                variants.append(tuple((g, k == i) for k, g in enumerate(combo)))
-        yield from variants
+                out.append(tuple((g, k == i) for k, g in enumerate(combo)))
+    return out
 
 
-def _best_design(n_bits, seq_len, max_blocks, max_sequences, exact_only):
+def _n_queries(blocks):
+    return math.prod((h - 1) if half else (2 * h - 2) for h, half in blocks)
+
+
+def _best_design(n_bits, seq_len, max_blocks, exact_only):
     scored = []
-    for blocks in _block_multisets(n_bits, max_blocks):
-        n = math.prod((h - 1) if half else (2 * h - 2) for h, half in blocks)
+    for blocks in block_designs(n_bits, max_blocks=max_blocks):
+        n = _n_queries(blocks)
         exact = n_bits > sum(h for h, _ in blocks) or any(half for _, half in blocks)
         if exact_only and not exact:
             continue
@@ -321,16 +473,14 @@ def _best_design(n_bits, seq_len, max_blocks, max_sequences, exact_only):
                 continue
             sum_sq, row, steps = sums
             size = n * (2 * n - 1 + 2 * steps)
-            if max_sequences is not None and size > max_sequences:
-                continue
-            est = n if row <= 1 else min(n, math.floor(n / (1 + sum_sq)) + 1)
-            scored.append((est, -size, blocks, gap))
+            log_est = math.log(n) if row <= 1 else math.log(n) - math.log1p(sum_sq)
+            scored.append((log_est, -size, blocks, gap))
     if not scored:
         return None
     top = max(s[0] for s in scored)
     best = None
-    for est, neg_size, blocks, gap in scored:
-        if est < top - 1:
+    for log_est, neg_size, blocks, gap in scored:
+        if log_est < top - 0.01:
             continue
         r = product_code_bound(blocks, seq_len, ladder_gap=gap, n_bits=n_bits)
         key = (r["rank"], -r["n_sequences"], -len(blocks))
@@ -340,26 +490,51 @@ def _best_design(n_bits, seq_len, max_blocks, max_sequences, exact_only):
     return dict(r, blocks=blocks, ladder_gap=gap)
 
 
-def _describe(blocks, n_bits):
+def describe_blocks(blocks, n_bits):
+    """Short name of a product design, e.g. ``"H16 x H16/2 + 1 pad"``.
+
+    Parameters
+    ----------
+    blocks : sequence of (order, half)
+    n_bits : int
+        Token length (bits beyond the blocks are padding).
+
+    Returns
+    -------
+    name : str
+
+    Examples
+    --------
+    >>> from minip_learn.theory import describe_blocks
+    >>> describe_blocks([(16, False), (16, True)], 33)
+    'H16 x H16/2 + 1 pad'
+    """
     parts = [f"H{h}{'/2' if half else ''}" for h, half in blocks]
     pad = n_bits - sum(h for h, _ in blocks)
     return " x ".join(parts) + (f" + {pad} pad" if pad else "")
 
 
+COLUMNS = ("n_bits", "seq_len", "certified_min_rank", "bits_per_bit", "construction",
+           "n_queries", "ladder_gap", "ladder_steps", "n_sequences", "exact", "materialised")
+
+
 def bound_table(
-    n_bits=range(8, 65, 8), seq_len=range(3, 7), *, max_blocks=4, max_sequences=None,
+    n_bits=range(8, 65, 8), seq_len=range(3, 7), *, max_blocks=4, max_sequences=20000,
     exact_only=False, as_frame=True,
 ):
-    """Best certified minimum rank of the witness designs, over sizes (THEORY R6).
+    """Best certified minimum rank of the witness designs, over sizes.
 
-    For each ``(n_bits, seq_len)`` the designs on products of Hadamard codes (one to
-    ``max_blocks`` blocks of constructible orders ``>= 8``, padded to ``n_bits``) with
+    For each ``(n_bits, seq_len)`` the designs on products of Hadamard codes
+    (:func:`block_designs`: mixed products of up to ``max_blocks`` blocks, and
+    products of ``n_bits // b`` blocks of one order ``b``, padded to ``n_bits``) with
     every ladder gap in ``LADDER_GAPS`` are evaluated analytically
-    (:func:`product_code_bound`: the same R4 chain denominators and R5 rank function
-    that :func:`~minip_learn.theory.certify` applies, computed from one row's distance
-    histogram), and the best is reported. The families themselves (``n_sequences``)
-    are not materialised. The bound grows exponentially with ``n_bits``: the theorem's
-    ``2^Omega(m)``.
+    (:func:`product_code_bound`: the R4 chain denominators and R5 rank function that
+    :func:`~minip_learn.theory.certify` applies, computed from one row's distance
+    histogram; see :ref:`theory-exponential`), and the best is reported with the
+    size of its family. Where that family has at most ``max_sequences`` sequences
+    it is built (:func:`witness_family`) and ``certify`` recomputes the bound from
+    the sequences: column ``materialised``; elsewhere the row is a calculation and
+    ``materialised`` is missing.
 
     Parameters
     ----------
@@ -367,9 +542,10 @@ def bound_table(
     seq_len : iterable of int, default=range(3, 7)
         Values ``>= 3``.
     max_blocks : int, default=4
-        Most Hadamard blocks in a product code.
-    max_sequences : int, default=None
-        Only designs whose family has at most this many sequences.
+        Most blocks in a mixed product code.
+    max_sequences : int or None, default=20000
+        Largest family built and certified for the ``materialised`` column (None or 0:
+        none).
     exact_only : bool, default=False
         Only designs whose bound ``certify`` recomputes exactly (no query token is
         also a key); otherwise a design without padding may be reported, whose family
@@ -380,41 +556,43 @@ def bound_table(
     Returns
     -------
     table : DataFrame or dict
-        Columns ``n_bits, seq_len, certified_min_rank, construction, n_queries,
-        ladder_gap, ladder_steps, n_sequences, exact``.
+        Columns ``n_bits, seq_len, certified_min_rank`` (the design bound),
+        ``bits_per_bit`` (``log2(certified_min_rank) / n_bits``), ``construction,
+        n_queries, ladder_gap, ladder_steps, n_sequences`` (size of the family),
+        ``exact`` and ``materialised`` (the bound ``certify`` recomputed from the
+        built family, or None).
 
     Examples
     --------
     >>> from minip_learn.theory import bound_table
     >>> t = bound_table(n_bits=[16, 24, 32], seq_len=[3], as_frame=False)
-    >>> t["certified_min_rank"]
-    [8, 18, 53]
+    >>> t["certified_min_rank"], t["materialised"]
+    ([8, 18, 53], [8, None, None])
     """
-    rows = {k: [] for k in (
-        "n_bits", "seq_len", "certified_min_rank", "construction", "n_queries",
-        "ladder_gap", "ladder_steps", "n_sequences", "exact",
-    )}
+    rows = {k: [] for k in COLUMNS}
     max_blocks = check_int(max_blocks, "max_blocks", min_value=1)
-    max_sequences = check_int(max_sequences, "max_sequences", min_value=1, allow_none=True)
+    max_sequences = check_int(max_sequences, "max_sequences", min_value=0, allow_none=True)
     for m, N in itertools.product(list(n_bits), list(seq_len)):
         m = check_int(m, "n_bits", min_value=1)
         N = check_int(N, "seq_len", min_value=3)
-        best = _best_design(m, N, max_blocks, max_sequences, exact_only)
-        rows["n_bits"].append(m)
-        rows["seq_len"].append(N)
+        best = _best_design(m, N, max_blocks, exact_only)
         if best is None:
-            for k, v in (("certified_min_rank", 1), ("construction", "none"),
-                         ("n_queries", 0), ("ladder_gap", None), ("ladder_steps", 0),
-                         ("n_sequences", 0), ("exact", True)):
-                rows[k].append(v)
-            continue
-        rows["certified_min_rank"].append(best["rank"])
-        rows["construction"].append(_describe(best["blocks"], m))
-        rows["n_queries"].append(best["n_queries"])
-        rows["ladder_gap"].append(best["ladder_gap"])
-        rows["ladder_steps"].append(best["ladder_steps"])
-        rows["n_sequences"].append(best["n_sequences"])
-        rows["exact"].append(best["exact"])
+            best = dict(rank=1, blocks=(), n_queries=0, ladder_gap=None, ladder_steps=0,
+                        n_sequences=0, exact=True)
+        materialised = None
+        if best["blocks"] and max_sequences and best["n_sequences"] <= max_sequences:
+            words = product_code(best["blocks"], n_bits=m)
+            materialised = certify(witness_family(words, N, ladder_gap=best["ladder_gap"]))
+        row = dict(
+            n_bits=m, seq_len=N, certified_min_rank=best["rank"],
+            bits_per_bit=math.log2(best["rank"]) / m,
+            construction=describe_blocks(best["blocks"], m) if best["blocks"] else "none",
+            n_queries=best["n_queries"], ladder_gap=best["ladder_gap"],
+            ladder_steps=best["ladder_steps"], n_sequences=best["n_sequences"],
+            exact=best["exact"], materialised=materialised,
+        )
+        for k in COLUMNS:
+            rows[k].append(row[k])
     if as_frame:
         import pandas as pd
 

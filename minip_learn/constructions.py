@@ -1,9 +1,9 @@
-"""Exact constructions of THEORY R1-R3 as ready, fitted estimators.
+"""Exact constructions as fitted estimators (:ref:`theory-r1` to :ref:`theory-r3`).
 
 Each function sets the weights of the library's own heads
 (:class:`~minip_learn.nn.KernelAttentionHead`,
 :class:`~minip_learn.nn.SoftmaxAttentionHead`) by hand, in float64, and wraps them in
-the matching estimator with ``_set_fitted_module``: ``predict`` and ``score`` work
+the matching estimator with its ``from_module``: ``predict`` and ``score`` work
 without ``fit``. torch is imported only when a construction is built.
 """
 
@@ -11,7 +11,7 @@ import itertools
 
 import numpy as np
 
-from .._validation import check_float, check_int, check_sequences
+from ._validation import check_float, check_int, check_sequences
 
 __all__ = ["default_beta", "exact_kernel_realization", "rank_one_head", "softmax_construction"]
 
@@ -21,11 +21,11 @@ def default_beta(seq_len):
 
     The soft-min error is at most ``(N-1)/(e*beta)``; ``beta = max(2, N-1)`` keeps it
     at most ``1/e < 1/2`` for every length ``N`` (``beta = 2`` for ``N <= 3``, as in
-    THEORY R2).
+    :ref:`theory-r2`).
 
     Examples
     --------
-    >>> from minip_learn.theory.constructions import default_beta
+    >>> from minip_learn.constructions import default_beta
     >>> default_beta(3), default_beta(6)
     (2.0, 5.0)
     """
@@ -53,7 +53,7 @@ def _set_identity_value_readout(head, n_bits, *, scale, bias_per_bit):
 
 
 def rank_one_head(n_bits):
-    """THEORY R1: a rank-1 kernel head that solves every sequence of length 1 and 2.
+    """A rank-1 kernel head that solves every sequence of length 1 and 2 (:ref:`theory-r1`).
 
     ``phi_Q = phi_K = 1`` (``elu+1`` features with zero encoder weights: uniform
     attention), ``v(x) = x`` and ``rho_x(u) = 2<x, u> - |x|``. For ``N = 2``,
@@ -73,15 +73,15 @@ def rank_one_head(n_bits):
     Examples
     --------
     >>> import numpy as np
-    >>> from minip_learn.theory import rank_one_head
+    >>> from minip_learn.constructions import rank_one_head
     >>> est = rank_one_head(4)
     >>> est.predict(np.array([[[1, 1, 0, 1], [0, 1, 1, 1]]])).round(6)
     array([[2., 2.]])
     """
     import torch
 
-    from ..estimators import KernelAttentionRegressor
-    from ..nn import KernelAttentionHead
+    from .estimators import KernelAttentionRegressor
+    from .nn import KernelAttentionHead
 
     n_bits = check_int(n_bits, "n_bits", min_value=1)
     head = KernelAttentionHead(n_bits, 1, feature_map="elu+1").double()
@@ -90,12 +90,12 @@ def rank_one_head(n_bits):
             fm.encoder.weight.zero_()
             fm.encoder.bias.zero_()
     _set_identity_value_readout(head, n_bits, scale=2.0, bias_per_bit=-1.0)
-    est = KernelAttentionRegressor(rank=1, feature_map="elu+1", dtype="float64")
-    return est._set_fitted_module(head)
+    return KernelAttentionRegressor.from_module(
+        head, rank=1, feature_map="elu+1", dtype="float64")
 
 
 def softmax_construction(n_bits, beta=None, *, seq_len=3):
-    """THEORY R2: softmax attention with ``m``-dim scores solving length-3 Min-IP.
+    """Softmax attention with ``m``-dim scores solving length-3 Min-IP (:ref:`theory-r2`).
 
     Scores ``-beta <x_i, x_j>`` (``q(x) = x``, ``k(x) = -beta x``), ``v(x) = x`` and
     ``rho_x(u) = <x, u>``: the output is a soft-min of the overlaps with error at most
@@ -120,15 +120,15 @@ def softmax_construction(n_bits, beta=None, *, seq_len=3):
     Examples
     --------
     >>> from minip_learn.datasets import make_minip
-    >>> from minip_learn.theory import softmax_construction
+    >>> from minip_learn.constructions import softmax_construction
     >>> X, y = make_minip(200, seq_len=3, n_bits=12, random_state=0)
     >>> softmax_construction(12).score(X, y)
     1.0
     """
     import torch
 
-    from ..estimators import SoftmaxAttentionRegressor
-    from ..nn import SoftmaxAttentionHead
+    from .estimators import SoftmaxAttentionRegressor
+    from .nn import SoftmaxAttentionHead
 
     n_bits = check_int(n_bits, "n_bits", min_value=1)
     seq_len = check_int(seq_len, "seq_len", min_value=1)
@@ -141,8 +141,7 @@ def softmax_construction(n_bits, beta=None, *, seq_len=3):
         head.key.weight.copy_(-beta * eye)
         head.key.bias.zero_()
     _set_identity_value_readout(head, n_bits, scale=1.0, bias_per_bit=0.0)
-    est = SoftmaxAttentionRegressor(temperature=1.0, dtype="float64")
-    return est._set_fitted_module(head)
+    return SoftmaxAttentionRegressor.from_module(head, temperature=1.0, dtype="float64")
 
 
 def _all_tokens(n_bits):
@@ -150,7 +149,7 @@ def _all_tokens(n_bits):
 
 
 def exact_kernel_realization(n_bits=None, tokens=None, *, beta=None, seq_len=3):
-    """THEORY R3: a nonnegative kernel head reproducing the softmax head of R2 exactly.
+    """A nonnegative kernel head reproducing the softmax head exactly (:ref:`theory-r3`).
 
     ``phi_Q(x) = onehot(x)`` over a token set ``T`` and ``phi_K(z)_y = exp(-beta<y,z>)``
     give ``alpha(x, z) = exp(-beta <x, z>)``: with ``v(x) = x`` and
@@ -181,7 +180,7 @@ def exact_kernel_realization(n_bits=None, tokens=None, *, beta=None, seq_len=3):
     Examples
     --------
     >>> from minip_learn.datasets import make_witness_suite
-    >>> from minip_learn.theory import exact_kernel_realization
+    >>> from minip_learn.constructions import exact_kernel_realization
     >>> suite = make_witness_suite(24, 3, construction="small")
     >>> est = exact_kernel_realization(tokens=suite.tokens)
     >>> est.rank == suite.constructive_rank, est.score(suite.X, suite.y)
@@ -189,8 +188,8 @@ def exact_kernel_realization(n_bits=None, tokens=None, *, beta=None, seq_len=3):
     """
     import torch
 
-    from ..estimators import KernelAttentionRegressor
-    from ..nn import KernelAttentionHead
+    from .estimators import KernelAttentionRegressor
+    from .nn import KernelAttentionHead
 
     if tokens is None:
         if n_bits is None:
@@ -227,7 +226,5 @@ def exact_kernel_realization(n_bits=None, tokens=None, *, beta=None, seq_len=3):
         head.query_features.log_table.copy_(onehot_log)
         head.key_features.log_table.copy_(-beta * (Tt @ Tt.T))
     _set_identity_value_readout(head, n_bits, scale=1.0, bias_per_bit=0.0)
-    est = KernelAttentionRegressor(
-        rank=r, feature_map="table", feature_kwargs={"vocabulary": T}, dtype="float64"
-    )
-    return est._set_fitted_module(head)
+    return KernelAttentionRegressor.from_module(
+        head, rank=r, feature_map="table", feature_kwargs={"vocabulary": T}, dtype="float64")

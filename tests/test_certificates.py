@@ -1,0 +1,325 @@
+"""Certificates a skeptic can check: monotone, stronger, fast, independently verifiable."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from minip_learn.cli import main
+from minip_learn.datasets import make_witness_suite
+from minip_learn.theory import (
+    Certificate,
+    bound_table,
+    certify,
+    hadamard_code,
+    product_code,
+    verify_certificate,
+    witness_family,
+)
+from minip_learn.theory import _constraints
+from minip_learn.theory.certify import _certify
+
+SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+
+TOKENS4 = np.array(list(itertools.product([0, 1], repeat=4)), dtype=np.uint8)
+ALL_MULTISETS4 = TOKENS4[np.array(list(itertools.combinations_with_replacement(range(16), 3)))]
+
+
+def _r6():
+    return witness_family(hadamard_code(24), 3)
+
+
+def _with_zero_token(X, words):
+    """R6 plus, for every query, (x, 0, 0) and (x, 0, k_j) for every designated key."""
+    zero = np.zeros(X.shape[2], dtype=np.uint8)
+    keys = 1 - words
+    extra = []
+    for x in words:
+        extra.append([x, zero, zero])
+        extra += [[x, zero, k] for k in keys]
+    return np.concatenate([X, np.array(extra, dtype=np.uint8)])
+
+
+# --------------------------------------------------------------------------- monotone, stronger
+def test_zero_token_superset_of_r6_still_certifies_17():
+    X = _r6()
+    big = _with_zero_token(X, hadamard_code(24))
+    assert certify(X) == 17
+    assert certify(big) >= 17
+
+
+def test_every_multiset_over_four_bits_certifies_at_least_two():
+    assert ALL_MULTISETS4.shape == (816, 3, 4)
+    rank, cert = certify(ALL_MULTISETS4, return_certificate=True)
+    assert rank >= 2
+    assert verify_certificate(cert, ALL_MULTISETS4)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    n_sub=st.integers(1, 300),
+    n_extra=st.integers(1, 300),
+    N=st.sampled_from([3, 3, 4]),
+)
+def test_a_superset_never_certifies_less(seed, n_sub, n_extra, N):
+    rng = np.random.RandomState(seed)
+    if N == 3:
+        pool = ALL_MULTISETS4
+    else:
+        ids = np.array(list(itertools.combinations_with_replacement(range(16), N)))
+        pool = TOKENS4[ids]
+    sub = pool[rng.choice(len(pool), min(n_sub, len(pool)), replace=False)]
+    extra = pool[rng.choice(len(pool), min(n_extra, len(pool)), replace=False)]
+    sup = np.concatenate([sub, extra])
+    sup = np.stack([s[rng.permutation(N)] for s in sup])[rng.permutation(len(sup))]
+    r_sub, c_sub = certify(sub, return_certificate=True)
+    r_sup, c_sup = certify(sup, return_certificate=True)
+    assert r_sup >= r_sub
+    assert verify_certificate(c_sup, sup)
+
+
+@settings(max_examples=15, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1), keep=st.floats(0.2, 0.9))
+def test_adding_sequences_to_a_witness_subfamily_never_lowers_it(seed, keep):
+    rng = np.random.RandomState(seed)
+    X = make_witness_suite(12, 3, construction="hadamard").X
+    sub = X[rng.rand(len(X)) < keep]
+    if not len(sub):
+        return
+    assert certify(X) >= certify(sub)
+    assert certify(_with_zero_token(X, hadamard_code(12))) >= certify(X)
+
+
+# --------------------------------------------------------------------------- fast == reference
+FAMILIES = {
+    "r6": lambda: _r6(),
+    "r6+zero": lambda: _with_zero_token(_r6(), hadamard_code(24)),
+    "all4": lambda: ALL_MULTISETS4,
+    "ladder": lambda: make_witness_suite(33, 3, construction="hadamard-half").X,
+    "product-N4": lambda: make_witness_suite(17, 4, construction="product", n_queries=20).X,
+    "N5": lambda: make_witness_suite(8, 5, construction="hadamard").X,
+    "shuffled": lambda: np.random.RandomState(0).permutation(
+        np.stack([s[::-1] for s in make_witness_suite(12, 4, construction="hadamard").X])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_fast_path_gives_exactly_the_reference_certificate(name):
+    X = FAMILIES[name]()
+    cons, ref = _constraints.constraints(X), _constraints.constraints_reference(X)
+    np.testing.assert_array_equal(cons.tokens, ref.tokens)
+    for a in ("x", "y", "z", "K", "gap"):
+        np.testing.assert_array_equal(getattr(cons, a), getattr(ref, a))
+    R, Rref = _constraints.reach(cons), _constraints.reach_reference(ref)
+    for a in ("x", "s", "t", "K", "pred"):
+        np.testing.assert_array_equal(getattr(R, a), getattr(Rref, a))
+    fast, slow = _certify(X), _certify(X, reference=True)
+    assert fast.certified_min_rank == slow.certified_min_rank
+    np.testing.assert_array_equal(fast.query_index, slow.query_index)
+    np.testing.assert_array_equal(fast.key_index, slow.key_index)
+    assert (fast.eps_denominators == slow.eps_denominators).all()
+    assert fast.parents == slow.parents
+    assert fast.to_json() == slow.to_json()
+
+
+# --------------------------------------------------------------------------- verification
+@pytest.fixture(scope="module")
+def small():
+    s = make_witness_suite(24, 3, construction="small")
+    return s.X, certify(s.X, return_certificate=True)[1]
+
+
+def _doc(cert):
+    return json.loads(cert.to_json())
+
+
+def test_json_round_trip_and_verification(small):
+    X, cert = small
+    back = Certificate.from_json(cert.to_json())
+    assert back.certified_min_rank == cert.certified_min_rank == 8
+    np.testing.assert_array_equal(back.tokens, cert.tokens)
+    assert back.chains == cert.chains and back.parents == cert.parents
+    assert (back.eps_denominators == cert.eps_denominators).all()
+    assert back.frobenius_value == cert.frobenius_value
+    assert verify_certificate(back, X) and verify_certificate(cert.to_json(), X)
+
+
+def _tampered(cert, edit):
+    doc = _doc(cert)
+    edit(doc)
+    return json.dumps(doc)
+
+
+def test_an_inflated_claim_is_rejected(small):
+    X, cert = small
+    text = _tampered(cert, lambda d: d.update(certified_min_rank=9))
+    with pytest.raises(ValueError, match="claimed rank 9 exceeds"):
+        verify_certificate(text, X)
+    assert verify_certificate(text, X, raise_on_failure=False) is False
+
+
+def test_an_inflated_ratio_bound_is_rejected(small):
+    X, cert = small
+
+    def edit(d):
+        d["eps_denominators"][0][1] *= 2
+
+    with pytest.raises(ValueError, match=r"pair \(0, 1\): claimed ratio bound"):
+        verify_certificate(_tampered(cert, edit), X)
+
+
+def test_a_missing_sequence_is_rejected(small):
+    X, cert = small
+    x0, k0, k1 = cert.queries[0], cert.keys[0], cert.keys[1]
+    drop = np.array([(s[0] == x0).all() and (s[1] == k0).all() and (s[2] == k1).all()
+                     for s in X])
+    assert drop.sum() == 1
+    with pytest.raises(ValueError, match="S3 for query .* is missing from X"):
+        verify_certificate(cert, X[~drop])
+    assert verify_certificate(cert, X[~drop], raise_on_failure=False) is False
+
+
+def test_a_wrong_overlap_is_rejected(small):
+    X, cert = small
+
+    def edit(d):
+        d["overlap_gaps"][2][3] += 1
+
+    with pytest.raises(ValueError, match=r"pair \(2, 3\): claimed overlap distance"):
+        verify_certificate(_tampered(cert, edit), X)
+
+
+def test_a_chain_step_that_does_not_climb_is_rejected(small):
+    X, cert = small
+
+    def edit(d):
+        # make a key its own designated key's child: a step of gap 0
+        d["key_index"][1] = d["key_index"][0]
+
+    with pytest.raises(ValueError, match="certificate rejected"):
+        verify_certificate(_tampered(cert, edit), X)
+
+
+def test_verification_of_a_mismatched_family_or_file(small):
+    X, cert = small
+    with pytest.raises(ValueError, match="length 3 over 24 bits"):
+        verify_certificate(cert, X[:, :2])
+    with pytest.raises(ValueError, match="not valid JSON"):
+        Certificate.from_json("{nope")
+    with pytest.raises(ValueError, match="not a certificate"):
+        Certificate.from_json("[1, 2]")
+    with pytest.raises(ValueError, match="lacks the field 'tokens'"):
+        Certificate.from_json(_tampered(cert, lambda d: d.pop("tokens")))
+
+
+def test_rank_one_certificates_verify():
+    X = np.zeros((2, 2, 4), dtype=np.uint8)
+    rank, cert = certify(X, return_certificate=True)
+    assert rank == 1 and verify_certificate(Certificate.from_json(cert.to_json()), X)
+
+
+# --------------------------------------------------------------------------- CLI
+def test_cli_certify_and_verify(small, tmp_path, capsys):
+    X, _ = small
+    fam = tmp_path / "family.npy"
+    np.save(fam, X)
+    assert main(["certify", str(fam)]) == 0
+    out = capsys.readouterr().out
+    assert "certified minimum rank: 8" in out
+    cert_file = tmp_path / "family.certificate.json"
+    assert str(cert_file) in out and cert_file.exists()
+    assert main(["verify", str(fam), str(cert_file)]) == 0
+    assert "valid" in capsys.readouterr().out
+    # a tampered claim: exit 1 with the reason
+    doc = json.loads(cert_file.read_text())
+    doc["certified_min_rank"] = 10
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["verify", str(fam), str(bad)]) == 1
+    assert "INVALID" in capsys.readouterr().out
+    custom = tmp_path / "c.json"
+    assert main(["certify", str(fam), "--out", str(custom)]) == 0 and custom.exists()
+
+
+@pytest.mark.parametrize(
+    "setup,match",
+    [
+        ("missing", "does not exist"),
+        ("text", "not a .npy"),
+        ("shape", "shape"),
+        ("values", "0/1"),
+        ("cert-missing", "certificate file"),
+        ("cert-json", "not valid JSON"),
+    ],
+)
+def test_cli_reports_bad_files(tmp_path, capsys, setup, match):
+    fam = tmp_path / "family.npy"
+    cert = tmp_path / "cert.json"
+    good = np.zeros((2, 3, 4), dtype=np.uint8)
+    np.save(fam, good)
+    cert.write_text(certify(good, return_certificate=True)[1].to_json())
+    if setup == "missing":
+        fam = tmp_path / "nothing.npy"
+    elif setup == "text":
+        fam.write_text("hello")
+    elif setup == "shape":
+        np.save(fam, np.zeros((3, 4)))
+    elif setup == "values":
+        np.save(fam, np.full((2, 3, 4), 2))
+    elif setup == "cert-missing":
+        cert = tmp_path / "none.json"
+    elif setup == "cert-json":
+        cert.write_text("{")
+    cmd = ["verify", str(fam), str(cert)] if setup.startswith("cert") else ["certify", str(fam)]
+    assert main(cmd) == 2
+    err = capsys.readouterr().err
+    assert "minip-learn: error:" in err and match in err and "Traceback" not in err
+
+
+# --------------------------------------------------------------------------- designs
+@pytest.mark.parametrize("m,N", [(12, 4), (13, 5), (16, 5), (17, 3), (21, 3)])
+def test_design_bound_equals_the_materialised_bound_on_exact_designs(m, N):
+    t = bound_table(n_bits=[m], seq_len=[N], exact_only=True, max_sequences=30000,
+                    as_frame=False)
+    assert t["materialised"][0] is not None
+    assert t["materialised"][0] == t["certified_min_rank"][0]
+
+
+def test_growing_products_are_exponential_with_a_constant_rate():
+    t = bound_table(n_bits=[64, 128, 256], seq_len=[3], max_sequences=0, as_frame=False)
+    rate = t["bits_per_bit"]
+    assert min(rate) >= 0.1
+    assert rate[0] <= rate[1] <= rate[2]
+    assert all(len(c.split(" x ")) >= 8 for c in t["construction"])   # blocks grow with m
+    assert t["materialised"] == [None] * 3
+
+
+def test_witness_family_matches_a_sequence_by_sequence_build():
+    words = product_code([(8, True), (8, True)], n_bits=17)[:12]
+    gap, N = 2, 4
+    from minip_learn.theory import witness_denominators
+
+    _, steps, _ = witness_denominators(words, N, ladder_gap=gap)
+    X = witness_family(words, N, ladder_gap=gap)
+    keys = 1 - words
+    seqs = []
+    for i, x in enumerate(words):
+        ones = np.flatnonzero(x)
+        ladder = [keys[i]]
+        for t in range(1, steps[i].max() + 1):
+            w = keys[i].copy()
+            w[ones[: t * gap]] = 1
+            ladder.append(w)
+        seqs.append([x] + [keys[i]] * (N - 1))
+        for j in range(len(words)):
+            if j != i:
+                seqs.append([x] + [keys[j]] * (N - 1))
+                seqs.append([x, ladder[steps[i, j]]] + [keys[j]] * (N - 2))
+        for t in range(1, len(ladder)):
+            seqs.append([x] + [ladder[t]] * (N - 1))
+            seqs.append([x, ladder[t - 1]] + [ladder[t]] * (N - 2))
+    np.testing.assert_array_equal(X, np.array(seqs, dtype=np.uint8))
