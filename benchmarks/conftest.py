@@ -44,7 +44,7 @@ def pytest_configure(config):
         _bench.QUICK = True
     config._minip_bench = {
         "meta": {
-            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "load_avg_start": _loadavg(),
         },
         **{s: [] for s in SECTIONS},
@@ -161,9 +161,9 @@ def markdown(res):
 
             ratio = ("-" if k.get("time_median") is None or s.get("time_median") is None
                      else f"{s['time_median'] / k['time_median']:.2f}")
-            rows.append([n, t(k), t(s), ratio,
-                         _mib(k.get("torch_peak")), _mib(k.get("rss_peak")), _mib(k.get("analytic")),
-                         _mib(s.get("torch_peak")), _mib(s.get("rss_peak")), _mib(s.get("analytic"))])
+            mib = [_mib(r.get(key)) for r in (k, s)
+                   for key in ("torch_peak", "rss_peak", "analytic")]
+            rows.append([n, t(k), t(s), ratio, *mib])
         out += _table(["N", "kernel [ms]", "softmax [ms]", "softmax / kernel",
                        "kernel torch peak [MiB]", "kernel RSS peak [MiB]", "kernel analytic [MiB]",
                        "softmax torch peak [MiB]", "softmax RSS peak [MiB]",
@@ -192,7 +192,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if res is None or not any(res[s] for s in SECTIONS + ("skipped",)):
         return
     res["meta"].update(
-        finished=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        finished=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         load_avg_end=_loadavg(), quick=_bench.QUICK, commit=_git_commit(), machine=_machine(),
     )
     out_dir = Path(os.environ.get("MINIP_BENCH_OUT") or Path(__file__).parent / "results")
