@@ -2,17 +2,18 @@
 Kernel-matrix heatmap: the approximate identity
 ===============================================
 
-Why does a witness suite force rank? THEORY R4: if a nonnegative kernel head solves
-the gap-domination triples of a query ``x_i``, then ``alpha(x_i, k_j)`` must be smaller
-than ``eps_ij * alpha(x_i, k_i)`` for the other keys ``k_j``. R5: the matrix
+Why does a witness suite force rank? :ref:`R4 <theory-r4>`: if a nonnegative kernel head
+solves the gap-domination triples of a query ``x_i``, then ``alpha(x_i, k_j)`` must be
+smaller than ``eps_ij * alpha(x_i, k_i)`` for the other keys ``k_j``.
+:ref:`R5 <theory-r5>`: the matrix
 ``B_ij = alpha(x_i, k_j) / alpha(x_i, k_i)`` is then close to the identity, and such a
 matrix has large rank.
 
-This example trains a ``table`` kernel head of rank 32 on the small witness suite,
-draws ``B`` on the suite's queries and designated keys with
-:func:`~minip_learn.plotting.plot_kernel_heatmap`, next to the exact head of THEORY R3
-(:func:`~minip_learn.theory.exact_kernel_realization`), and checks the solving head's
-entries against the per-pair bounds ``eps_ij`` of the certificate.
+This example trains a ``table`` kernel head of rank 32 on the small witness suite, draws
+``B`` on the suite's queries and designated keys with
+:func:`~minip_learn.plotting.plot_kernel_heatmap`, next to the exact head of
+:ref:`R3 <theory-r3>` (:func:`~minip_learn.theory.exact_kernel_realization`), and checks
+the solving head's entries against the per-pair bounds ``eps_ij`` of the certificate.
 """
 
 # %%

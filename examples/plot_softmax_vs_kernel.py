@@ -11,7 +11,7 @@ everyday version of the witness suites. We train
 * :class:`~minip_learn.SoftmaxAttentionRegressor` (dense softmax, ``n_bits``-dim scores),
 
 on one random training set and score both on the training set and on a held-out set of
-fresh sequences. The softmax construction of THEORY R2
+fresh sequences. The softmax construction of :ref:`R2 <theory-r2>`
 (:func:`~minip_learn.theory.softmax_construction`) is drawn as a reference: it solves
 every length-3 sequence, so the held-out score it gets is what a softmax head *can*
 achieve.
