@@ -1,4 +1,4 @@
-"""(a) One full-batch estimator fit vs a hand-written torch loop (target <= 1.2x).
+"""(a) One full-batch estimator fit vs a hand-written torch loop (target <= 1.1x).
 
 Both sides train the same head class with the same initial weights, optimizer (Adam,
 same lr), MSE loss, full-batch data (1,000 hard length-3 sequences, m = 24) and number
