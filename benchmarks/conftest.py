@@ -161,9 +161,9 @@ def markdown(res):
 
             ratio = ("-" if k.get("time_median") is None or s.get("time_median") is None
                      else f"{s['time_median'] / k['time_median']:.2f}")
-            mib = [_mib(r.get(key)) for r in (k, s)
-                   for key in ("torch_peak", "rss_peak", "analytic")]
-            rows.append([n, t(k), t(s), ratio, *mib])
+            rows.append([n, t(k), t(s), ratio,
+                         _mib(k.get("torch_peak")), _mib(k.get("rss_peak")), _mib(k.get("analytic")),
+                         _mib(s.get("torch_peak")), _mib(s.get("rss_peak")), _mib(s.get("analytic"))])
         out += _table(["N", "kernel [ms]", "softmax [ms]", "softmax / kernel",
                        "kernel torch peak [MiB]", "kernel RSS peak [MiB]", "kernel analytic [MiB]",
                        "softmax torch peak [MiB]", "softmax RSS peak [MiB]",
