@@ -12,7 +12,7 @@ matrix has large rank.
 This example trains a ``table`` kernel head of rank 32 on the small witness suite, draws
 ``B`` on the suite's queries and designated keys with
 :func:`~minip_learn.plotting.plot_kernel_heatmap`, next to the exact head of
-:ref:`R3 <theory-r3>` (:func:`~minip_learn.theory.exact_kernel_realization`), and checks
+:ref:`R3 <theory-r3>` (:func:`~minip_learn.constructions.exact_kernel_realization`), and checks
 the solving head's entries against the per-pair bounds ``eps_ij`` of the certificate.
 """
 
@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from minip_learn import KernelAttentionRegressor
+from minip_learn.constructions import exact_kernel_realization
 from minip_learn.datasets import make_witness_suite
 from minip_learn.plotting import kernel_matrix, plot_kernel_heatmap
-from minip_learn.theory import exact_kernel_realization
 
 torch.set_num_threads(1)
 MAX_EPOCHS = 600  # same in fast mode: seed 0 solves the small suite at rank 32 in about 250 epochs

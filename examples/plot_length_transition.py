@@ -84,4 +84,4 @@ plt.show()
 # three tokens) and rank 1 suffices in principle (R1); the table shows whether this
 # short training run found it. At length 3 no rank below the certified bound solves
 # the family. The exact rank-1 head of R1 is built, without training, by
-# :func:`minip_learn.theory.rank_one_head` (see the example on exact constructions).
+# :func:`minip_learn.constructions.rank_one_head` (see the example on exact constructions).
