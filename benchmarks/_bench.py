@@ -154,7 +154,8 @@ cases = {cases!r}
 
 def status():
     text = open("/proc/self/status").read()
-    return {{k: int(re.search(k + r":\s+(\d+) kB", text).group(1)) * 1024 for k in ("VmRSS", "VmHWM")}}
+    return {{k: int(re.search(k + r":\s+(\d+) kB", text).group(1)) * 1024
+             for k in ("VmRSS", "VmHWM")}}
 
 heads = {{kind: make_head(kind).eval() for kind in sorted({{k for k, _ in cases}})}}
 with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], profile_memory=True):

@@ -44,7 +44,7 @@ def pytest_configure(config):
         _bench.QUICK = True
     config._minip_bench = {
         "meta": {
-            "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "load_avg_start": _loadavg(),
         },
         **{s: [] for s in SECTIONS},
@@ -203,7 +203,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if res is None or not any(res[s] for s in SECTIONS + ("skipped",)):
         return
     res["meta"].update(
-        finished=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        finished=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         load_avg_end=_loadavg(), quick=_bench.QUICK, commit=_git_commit(), machine=_machine(),
     )
     out_dir = Path(os.environ.get("MINIP_BENCH_OUT") or Path(__file__).parent / "results")

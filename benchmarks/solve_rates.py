@@ -15,7 +15,8 @@ splitting run to the epoch limit (up to ~80 s each at m = 24).
 
 Every fit is one row of the CSV (written as it finishes) and one printed line; a summary
 per setting ends the run. The witness experiment itself (``minip-learn reproduce
-witness --ensemble``) gives the per-rank table of the R6 suite.
+witness --ensemble``) gives the per-rank table of the m = 24 witness suite (the
+theory page, docs/theory.rst, R6).
 """
 
 import argparse

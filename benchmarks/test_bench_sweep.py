@@ -3,7 +3,7 @@
 ``rank_sweep`` of a ``feature_map="table"`` kernel head over ranks and seeds with a
 fixed number of epochs (``stop_tolerance=None``: every fit does the same work),
 ``threads_per_fit=1``. The loky worker pool is started by an untimed warm-up sweep, as
-it would be in a session running several sweeps; serial and parallel sweeps then
+it is in a process that runs several sweeps; serial and parallel sweeps then
 alternate round by round. Ideal speed-up on 2 idle cores: 2x.
 """
 

@@ -4,9 +4,10 @@ Comparing feature maps
 
 :class:`~minip_learn.KernelAttentionRegressor` takes its feature map by name from one
 registry (:func:`~minip_learn.nn.available_feature_maps`). This example compares the
-nonnegative ones, to which THEORY R5 applies: no head below the certified rank solves a
-witness suite, whatever the map (the signed maps ``identity``, ``rff`` and ``taylor``
-are variants outside the theorem, except ``taylor``, whose kernel is positive).
+nonnegative ones, to which :ref:`R5 <theory-r5>` applies: no head below the certified
+rank solves a witness suite, whatever the map (the signed maps ``identity``, ``rff`` and
+``taylor`` are variants outside the theorem, except ``taylor``, whose kernel is
+positive).
 
 Above the certified rank the maps differ in whether gradient training *finds* a
 solution. This example fits every map at one rank (32, above the constructive rank 20)

@@ -2,17 +2,18 @@
 Kernel-matrix heatmap: the approximate identity
 ===============================================
 
-Why does a witness suite force rank? THEORY R4: if a nonnegative kernel head solves
-the gap-domination triples of a query ``x_i``, then ``alpha(x_i, k_j)`` must be smaller
-than ``eps_ij * alpha(x_i, k_i)`` for the other keys ``k_j``. R5: the matrix
+Why does a witness suite force rank? :ref:`R4 <theory-r4>`: if a nonnegative kernel head
+solves the gap-domination triples of a query ``x_i``, then ``alpha(x_i, k_j)`` must be
+smaller than ``eps_ij * alpha(x_i, k_i)`` for the other keys ``k_j``.
+:ref:`R5 <theory-r5>`: the matrix
 ``B_ij = alpha(x_i, k_j) / alpha(x_i, k_i)`` is then close to the identity, and such a
 matrix has large rank.
 
-This example trains a ``table`` kernel head of rank 32 on the small witness suite,
-draws ``B`` on the suite's queries and designated keys with
-:func:`~minip_learn.plotting.plot_kernel_heatmap`, next to the exact head of THEORY R3
-(:func:`~minip_learn.theory.exact_kernel_realization`), and checks the solving head's
-entries against the per-pair bounds ``eps_ij`` of the certificate.
+This example trains a ``table`` kernel head of rank 32 on the small witness suite, draws
+``B`` on the suite's queries and designated keys with
+:func:`~minip_learn.plotting.plot_kernel_heatmap`, next to the exact head of
+:ref:`R3 <theory-r3>` (:func:`~minip_learn.constructions.exact_kernel_realization`), and checks
+the solving head's entries against the per-pair bounds ``eps_ij`` of the certificate.
 """
 
 # %%
@@ -21,9 +22,9 @@ import numpy as np
 import torch
 
 from minip_learn import KernelAttentionRegressor
+from minip_learn.constructions import exact_kernel_realization
 from minip_learn.datasets import make_witness_suite
 from minip_learn.plotting import kernel_matrix, plot_kernel_heatmap
-from minip_learn.theory import exact_kernel_realization
 
 torch.set_num_threads(1)
 MAX_EPOCHS = 600  # same in fast mode: seed 0 solves the small suite at rank 32 in about 250 epochs

@@ -2,9 +2,10 @@
 Length transition: one, two and three tokens
 ============================================
 
-THEORY R1: a single rank-1 kernel head (uniform attention) solves Min-IP on every
-sequence of length 1 and 2. THEORY R4-R5: at length 3 the witness families force a
-feature rank that grows exponentially with the number of bits.
+:ref:`R1 <theory-r1>`: a single rank-1 kernel head (uniform attention) solves Min-IP
+on every sequence of length 1 and 2. :ref:`R4 <theory-r4>`-:ref:`R5 <theory-r5>`: at
+length 3 the witness families force a feature rank that grows exponentially with the
+number of bits.
 
 This example takes the 20 distinct tokens of the small witness suite (24 bits) and
 builds three families over them: every token alone (length 1, 20 sequences), every
@@ -56,7 +57,7 @@ print("certified minimum rank per length:", bounds)
 # One rank sweep per length
 # -------------------------
 # ``certified_min_rank`` makes the sweep raise if a head below the bound ever reports
-# that it solved the family (that would contradict THEORY R5).
+# that it solved the family (that would contradict :ref:`R5 <theory-r5>`).
 estimator = KernelAttentionRegressor(feature_map="table", max_epochs=MAX_EPOCHS,
                                      stop_tolerance=0.5)
 parts = []
@@ -83,4 +84,4 @@ plt.show()
 # three tokens) and rank 1 suffices in principle (R1); the table shows whether this
 # short training run found it. At length 3 no rank below the certified bound solves
 # the family. The exact rank-1 head of R1 is built, without training, by
-# :func:`minip_learn.theory.rank_one_head` (see the example on exact constructions).
+# :func:`minip_learn.constructions.rank_one_head` (see the example on exact constructions).

@@ -2,7 +2,7 @@
 Out-of-distribution scaling: unseen tokens at growing problem size
 ===================================================================
 
-The paper's second experiment (THEORY §4): split a pool of random tokens into a
+The paper's second experiment (:ref:`theory-experiments`): split a pool of random tokens into a
 training pool and a *disjoint* test pool, train on hard length-3 Min-IP sequences over
 the training pool only, and score exact sequence accuracy on sequences built from the
 test pool -- tokens the model has never seen. The paper reports that a kernel head's

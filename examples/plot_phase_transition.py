@@ -4,8 +4,9 @@ Phase transition on a witness suite with plain ``GridSearchCV``
 
 A *witness suite* is a finite family of length-3 Min-IP sequences built so that
 :func:`~minip_learn.theory.certify` can prove a lower bound on the feature rank of
-**every** nonnegative kernel-attention head that solves it (THEORY R4-R5), while the
-exact construction of R3 solves it with one feature per distinct token.
+**every** nonnegative kernel-attention head that solves it
+(:ref:`R4 <theory-r4>`-:ref:`R5 <theory-r5>`), while the exact construction of
+:ref:`R3 <theory-r3>` solves it with one feature per distinct token.
 
 Here we sweep the feature rank of :class:`~minip_learn.KernelAttentionRegressor` with a
 plain scikit-learn :class:`~sklearn.model_selection.GridSearchCV`, using
@@ -16,8 +17,8 @@ family: the question is whether a head *can fit* it exactly) and the scorers of
 To stay under a minute on two cores the example uses the **small** witness suite
 (``construction="small"``: 190 sequences of 24-bit tokens, certified minimum rank 8,
 constructive rank 20), one seed per rank and a short training budget. The headline
-experiment on the m = 24 suite of THEORY R6 (4,186 sequences, certified rank 17,
-constructive rank 46, several seeds) is ``minip-learn reproduce witness``; it takes
+experiment on the m = 24 suite of :ref:`R6 <theory-r6>` (4,186 sequences, certified
+rank 17, constructive rank 46, several seeds) is ``minip-learn reproduce witness``; it takes
 much longer and is not run here.
 """
 
@@ -51,7 +52,7 @@ SOFTMAX_EPOCHS = 600  # seed 0 solves the small suite in about 500 epochs
 # ------------------------------
 # ``certified_min_rank`` is recomputed from the sequences themselves by
 # :func:`~minip_learn.theory.certify`; ``constructive_rank`` is the number of distinct
-# tokens (THEORY R3).
+# tokens (:ref:`R3 <theory-r3>`).
 suite = make_witness_suite(n_bits=24, seq_len=3, construction="small")
 print(suite.X.shape, "certified:", suite.certified_min_rank,
       "constructive:", suite.constructive_rank)
@@ -76,8 +77,8 @@ kernel_rows["feature_map"] = "table"
 # Dense softmax attention as a reference
 # --------------------------------------
 # One softmax head with ``n_bits``-dimensional scores solves every length-3 sequence
-# (THEORY R2). Whether *training* finds one within a given budget depends on the seed;
-# the table below reports what this run found.
+# (:ref:`R2 <theory-r2>`). Whether *training* finds one within a given budget depends
+# on the seed; the table below reports what this run found.
 softmax = SoftmaxAttentionRegressor(max_epochs=SOFTMAX_EPOCHS, stop_tolerance=0.5)
 soft_search = GridSearchCV(softmax, {"random_state": SEEDS}, cv=FullSetSplit(),
                            scoring=get_scorers(), refit=False)
@@ -89,7 +90,7 @@ soft_rows["model"] = "softmax"
 # The certified bound is a hard check
 # -----------------------------------
 # A nonnegative kernel head below the certified rank that solves the family would
-# contradict THEORY R5: it would be a bug, never a result.
+# contradict :ref:`R5 <theory-r5>`: it would be a bug, never a result.
 below = kernel_rows[kernel_rows["rank"] < suite.certified_min_rank]
 if below["solved"].any():
     raise RuntimeError("a kernel head solved the family below its certified rank")
@@ -117,7 +118,7 @@ plt.show()
 # above the bound is *found* by training within this short budget is an empirical
 # question the table above answers for this run only (one seed); the bound says such
 # ranks are not excluded, and the constructive rank says a solution exists at 20.
-# For the m = 24 suite of THEORY R6 run
+# For the m = 24 suite of :ref:`R6 <theory-r6>` run
 #
 # .. code-block:: bash
 #

@@ -11,8 +11,8 @@ everyday version of the witness suites. We train
 * :class:`~minip_learn.SoftmaxAttentionRegressor` (dense softmax, ``n_bits``-dim scores),
 
 on one random training set and score both on the training set and on a held-out set of
-fresh sequences. The softmax construction of THEORY R2
-(:func:`~minip_learn.theory.softmax_construction`) is drawn as a reference: it solves
+fresh sequences. The softmax construction of :ref:`R2 <theory-r2>`
+(:func:`~minip_learn.constructions.softmax_construction`) is drawn as a reference: it solves
 every length-3 sequence, so the held-out score it gets is what a softmax head *can*
 achieve.
 
@@ -30,9 +30,10 @@ import pandas as pd
 import torch
 
 from minip_learn import KernelAttentionRegressor, SoftmaxAttentionRegressor
+from minip_learn.constructions import softmax_construction
 from minip_learn.datasets import make_minip
 from minip_learn.experiments import markdown_table
-from minip_learn.theory import certify, softmax_construction
+from minip_learn.theory import certify
 
 torch.set_num_threads(1)
 FAST = os.environ.get("MINIP_EXAMPLES_FAST") == "1"
