@@ -2,7 +2,8 @@
 # Install minip_learn (editable) into the active Python environment.
 #
 #   ./install.sh            runtime dependencies
-#   ./install.sh test       + pytest, hypothesis, dask.distributed (what the tests use)
+#   ./install.sh test       + pytest, hypothesis, dask.distributed, ruff, import-linter
+#   ./install.sh fla        + fla-core, triton, einops (reference feature maps, CPU)
 #   ./install.sh docs       + Sphinx, sphinx-gallery, numpydoc, pydata-sphinx-theme
 #   ./install.sh bench      + pytest-benchmark, psutil (the benchmarks/ suite)
 #   ./install.sh test,docs  several extras
