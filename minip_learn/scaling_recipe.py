@@ -8,8 +8,9 @@ solves it:
   :func:`~minip_learn.theory.certify` (see :ref:`theory-r5`);
 * **upper** -- the smallest rank at which a head is *verified* to solve every sequence
   (``|p - t| < 1/2`` at every position, predictions in float64). Two routes look for it:
-  *training* (a bisection over ranks between the two ends, several seeds per rank
-  trained as one batched ensemble) and *construction* (a nonnegative rank-``r``
+  *training* (a search over ranks between the two ends: the rank just below the
+  upper end first, then a bisection; several seeds per rank trained as one batched
+  ensemble) and *construction* (a nonnegative rank-``r``
   factorisation ``P Q^T`` of a solving kernel plugged into the kernel head of
   :ref:`theory-r3`, see :func:`factorized_kernel_head`). The smaller verified rank is
   reported with the route that gave it, and its model is saved as the proof;
@@ -58,12 +59,12 @@ SETTINGS = {
         seeds=(0, 1),
         softmax_seeds=(0, 1),
         kernel=dict(max_epochs=1000, stop_tolerance=0.5),
-        softmax=dict(max_epochs=500, stop_tolerance=0.5, n_init=8, optimizer="adamw",
-                     weight_decay=0.01),
+        # the default lr (0.01) needs 400-750 epochs on the Hadamard suites of m = 16, 20
+        softmax=dict(max_epochs=1500, stop_tolerance=0.5, n_init=2),
         construction=dict(seeds=(0,), nmf_iter=200, steps=300, lr=0.05, margin=0.1),
-        # ranks probed by each route's bisection between the two ends (None: until the
+        # ranks probed by each route's search between the two ends (None: until the
         # smallest solving and the largest failing rank are adjacent)
-        max_probes=2,
+        max_probes=None,
         design_bits=tuple(range(8, 129, 8)),
     ),
     "full": dict(
@@ -73,8 +74,7 @@ SETTINGS = {
         seeds=(0, 1, 2, 3, 4),
         softmax_seeds=(0, 1, 2, 3, 4),
         kernel=dict(max_epochs=2000, stop_tolerance=0.5),
-        softmax=dict(max_epochs=1500, stop_tolerance=0.5, n_init=8, optimizer="adamw",
-                     weight_decay=0.01),
+        softmax=dict(max_epochs=3000, stop_tolerance=0.5, n_init=4),
         construction=dict(seeds=(0, 1), nmf_iter=500, steps=2000, lr=0.05, margin=0.1),
         max_probes=None,
         design_bits=tuple(range(8, 129, 8)),
@@ -381,10 +381,19 @@ def scaling_checks(summary, results):
 
 # -- the recipe -----------------------------------------------------------------------
 def _bisect(lo, hi, solves, max_probes=None):
-    """Bisection from a failing ``lo`` and a solving ``hi``: returns the largest failing
-    and the smallest solving rank probed (``hi - lo == 1`` unless ``max_probes``, the
-    most ranks probed, ends it earlier)."""
-    probes = 0
+    """Search between a failing ``lo`` and a solving ``hi``; returns the largest failing
+    and the smallest solving rank probed.
+
+    The rank just below ``hi`` is probed first: when it fails, ``hi`` is the answer
+    (assuming, as the bisection does, that a rank failing every seed means smaller
+    ranks fail too). Otherwise a bisection continues until the two are adjacent, or
+    until ``max_probes`` ranks were probed.
+    """
+    if hi - lo <= 1 or max_probes == 0:
+        return lo, hi
+    if not solves(hi - 1):
+        return hi - 1, hi
+    hi, probes = hi - 1, 1
     while hi - lo > 1 and (max_probes is None or probes < max_probes):
         probes += 1
         mid = (lo + hi) // 2
@@ -548,9 +557,10 @@ def scaling_experiment(
     ``make_witness_suite(n_bits=m, **suite)``; its certified minimum rank (recomputed
     by :func:`~minip_learn.theory.certify`); the smallest rank at which a kernel head is
     verified to solve it, from two routes -- *training* (per feature map: a control fit
-    at ``certified - 1``, the constructive rank, then a bisection between, every rank
-    with all ``seeds`` trained as one batched ensemble) and *construction* (a
-    bisection with :func:`factorized_kernel_head`, closed by the exact head of
+    at ``certified - 1`` and the constructive rank, then the rank just below the
+    smallest solving one and, when that solves, a bisection down to the control; every
+    rank with all ``seeds`` trained as one batched ensemble) and *construction* (the
+    same search with :func:`factorized_kernel_head`, the exact head of
     :ref:`theory-r3` at the constructive rank); the constructive rank; and dense
     softmax heads with ``score_dim = m`` over ``softmax_seeds``. The verified head at
     the smallest rank is saved as ``solvers/m{m}-rank{r}.joblib``, reloaded, and checked
@@ -583,7 +593,7 @@ def scaling_experiment(
         :func:`~minip_learn.datasets.make_witness_suite` besides ``n_bits``),
         ``feature_maps``, ``seeds``, ``softmax_seeds``, ``kernel``, ``softmax``,
         ``construction`` (keyword arguments of :func:`factorized_kernel_head` and its
-        ``seeds``), ``max_probes`` (ranks probed by each bisection between the two
+        ``seeds``), ``max_probes`` (most ranks probed by each search between the two
         ends; None: until the smallest solving rank and a failing rank are adjacent),
         ``design_bits`` (sizes of the design-bound calculation).
 
