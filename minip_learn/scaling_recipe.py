@@ -892,8 +892,9 @@ def plot_rank_sandwich(summary, *, design=None, ax=None, title=None):
                     label="sandwich: true minimum rank lies here")
     ax.plot(m, lower, "o-", color="C0", label="certified minimum rank (lower)")
     ax.plot(m[ok], upper[ok], "s-", color="C3", label="smallest verified solving rank (upper)")
-    ax.plot(m, s["constructive_rank"].to_numpy(float), "^:", color="C2",
-            label="constructive rank (distinct tokens)")
+    # hollow and larger: stays visible where the upper bound equals it
+    ax.plot(m, s["constructive_rank"].to_numpy(float), "^:", color="C2", markersize=11,
+            fillstyle="none", label="constructive rank (distinct tokens)")
     if "softmax_score_dim" in s:
         ax.plot(m, s["softmax_score_dim"].to_numpy(float), "d-.", color="C4",
                 label="softmax score dimension (= m)")
