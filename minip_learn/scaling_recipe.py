@@ -641,7 +641,7 @@ def scaling_experiment(
         tc = time.perf_counter()
         bound = int(certify(suite.X))
         certify_time = time.perf_counter() - tc
-        constructive = int(len(np.unique(suite.X.reshape(-1, m), axis=0)))
+        constructive = len(np.unique(suite.X.reshape(-1, m), axis=0))
 
         # training route, per feature map
         training, m_parts = {}, []
@@ -812,13 +812,14 @@ def _markdown(summary, growth, checks, cfg):
             ("constructive (R3)", "constructive_rank"),
             ("softmax solved", "softmax_solved"),
             ("fit time (s)", "fit_time_total"), ("fit CPU (s)", "fit_cpu_time")]
+    suite_args = ", ".join(f"{k}={v!r}" for k, v in cfg["suite"].items())
+    kernel_args = ", ".join(f"{k}={v}" for k, v in cfg["kernel"].items())
     lines = [
         "## Rank sandwich across n_bits",
         "",
-        f"Witness suites `make_witness_suite(n_bits=m, {', '.join(f'{k}={v!r}' for k, v in cfg['suite'].items())})`; "
-        f"kernel maps {list(cfg['feature_maps'])}, seeds {list(cfg['seeds'])} per rank "
-        f"({', '.join(f'{k}={v}' for k, v in cfg['kernel'].items())}); "
-        f"softmax (score_dim = m) seeds {list(cfg['softmax_seeds'])}.",
+        (f"Witness suites `make_witness_suite(n_bits=m, {suite_args})`; "
+         f"kernel maps {list(cfg['feature_maps'])}, seeds {list(cfg['seeds'])} per rank "
+         f"({kernel_args}); softmax (score_dim = m) seeds {list(cfg['softmax_seeds'])}."),
         "",
         "| " + " | ".join(c for c, _ in cols) + " |",
         "|" + "|".join("---:" for _ in cols) + "|",
