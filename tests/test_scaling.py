@@ -208,3 +208,16 @@ def test_plot_rank_sandwich_labels_the_design_as_a_calculation():
 def test_unknown_setting():
     with pytest.raises(TypeError, match="unexpected setting"):
         scaling_experiment(sizez=(8,), progress=False)
+
+
+def test_two_feature_maps_in_memory():
+    res = scaling_experiment(sizes=(8,), feature_maps=("table", "exp"), seeds=(0,),
+                             softmax_seeds=(0,), kernel={"max_epochs": 300},
+                             softmax={"max_epochs": 300}, design_bits=(8,),
+                             progress=False, figures=False)
+    row = res.summary.iloc[0]
+    assert {"training_rank_table", "training_rank_exp"} <= set(res.summary.columns)
+    assert row["training_rank"] == min(r for r in (row["training_rank_table"],
+                                                   row["training_rank_exp"]) if r is not pd.NA)
+    assert set(res.results.loc[res.results["model"] == "kernel", "feature_map"]) == {"table", "exp"}
+    assert res.files == {} and row["solver"] is None
