@@ -786,10 +786,11 @@ def _growth_table(summary, design):
 def _growth_lines(growth):
     lines = []
     for _, g in growth.iterrows():
-        ci = ("no interval (fewer than 3 points)" if not np.isfinite(g["ci_low"])
-              else f"95% CI [{g['ci_low']:.3f}, {g['ci_high']:.3f}]")
-        lines.append(f"- {g['quantity']}: log2(rank) grows {g['slope']:.3f} per bit, {ci} "
-                     f"(t-interval, n = {int(g['n'])} sizes)")
+        n = int(g["n"])
+        ci = (f"no interval (fewer than 3 points, n = {n} sizes)"
+              if not np.isfinite(g["ci_low"]) else
+              f"95% CI [{g['ci_low']:.3f}, {g['ci_high']:.3f}] (t-interval, n = {n} sizes)")
+        lines.append(f"- {g['quantity']}: log2(rank) grows {g['slope']:.3f} per bit, {ci}")
     return "\n".join(lines)
 
 
