@@ -14,7 +14,7 @@ rank that solves each suite:
   in float64 (``|p - t| < 1/2`` at every position);
 * the **constructive rank** (one feature per distinct token, the exact head of R3).
 
-It is :func:`~minip_learn.scaling_recipe.scaling_experiment` with a small grid; the
+It is :func:`~minip_learn.experiments.scaling_experiment` with a small grid; the
 command-line recipe ``minip-learn reproduce scaling [--quick]`` runs the larger ones.
 """
 
@@ -28,7 +28,8 @@ import os
 import matplotlib.pyplot as plt
 import torch
 
-from minip_learn.scaling_recipe import plot_rank_sandwich, scaling_experiment
+from minip_learn.experiments import scaling_experiment
+from minip_learn.plotting import plot_rank_sandwich
 
 torch.set_num_threads(1)
 FAST = os.environ.get("MINIP_EXAMPLES_FAST") == "1"

@@ -7,17 +7,19 @@ import joblib
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from minip_learn.datasets import make_witness_suite, minip_targets
-from minip_learn.scaling_recipe import (
-    SUMMARY_COLUMNS,
+from minip_learn.experiments import (
     factorized_kernel_head,
     growth_fit,
-    plot_rank_sandwich,
+    run_experiment,
     scaling_checks,
     scaling_experiment,
     verify_solver,
 )
+from minip_learn.experiments.scaling import SUMMARY_COLUMNS
+from minip_learn.plotting import plot_rank_sandwich
 
 TINY = dict(sizes=(8, 12), seeds=(0, 1), softmax_seeds=(0, 1),
             kernel={"max_epochs": 800}, softmax={"max_epochs": 300},
@@ -65,8 +67,10 @@ def test_outputs_written(tiny_run):
                  "rank_sandwich.png"):
         assert (out / name).exists(), name
     written = pd.read_csv(out / "summary.csv")
-    assert written["smallest_solving_rank"].tolist() == res.summary["smallest_solving_rank"].tolist()
-    assert "95% CI" in (out / "summary.md").read_text() or "fewer than 3" in (out / "summary.md").read_text()
+    upper = res.summary["smallest_solving_rank"].tolist()
+    assert written["smallest_solving_rank"].tolist() == upper
+    text = (out / "summary.md").read_text()
+    assert "95% CI" in text or "fewer than 3" in text
 
 
 def test_saved_solvers_verify_in_float64(tiny_run):
@@ -132,6 +136,9 @@ def test_factorized_head_exact_on_small_suite():
     est = factorized_kernel_head(suite.X, suite.y, suite.constructive_rank, random_state=0)
     head = est.net_.module_
     assert est.rank == suite.constructive_rank and head.nonnegative
+    # built without training, evaluated in float64
+    assert est.n_epochs_ == 0 and est.dtype == "float64"
+    assert all(p.dtype == torch.float64 for p in head.parameters())
     # exact check by hand from the two tables: alpha = P Q^T on the tokens
     P = np.exp(head.query_features.log_table.detach().numpy())
     Q = np.exp(head.key_features.log_table.detach().numpy())
@@ -221,3 +228,34 @@ def test_two_feature_maps_in_memory():
                                                    row["training_rank_exp"]) if r is not pd.NA)
     assert set(res.results.loc[res.results["model"] == "kernel", "feature_map"]) == {"table", "exp"}
     assert res.files == {} and row["solver"] is None
+
+
+def test_run_experiment_and_command_line(tmp_path, monkeypatch, capsys):
+    from minip_learn.cli import main
+    from minip_learn.experiments import EXPERIMENTS, SETTINGS
+    from minip_learn.experiments import scaling as scaling_module
+
+    assert "scaling" in EXPERIMENTS and SETTINGS["scaling"] is scaling_module.SETTINGS
+    tiny = dict(sizes=(8,), seeds=(0,), softmax_seeds=(0,), kernel={"max_epochs": 200},
+                softmax={"max_epochs": 200}, design_bits=(8, 16), progress=False,
+                figures=False)
+    res = run_experiment("scaling", **tiny)
+    assert res.checks == {"none_solved_below_bound": True, "sandwich_ordered": True,
+                          "softmax_solved_every_seed": True}
+    # the command line: the --quick grid made tiny; exit status from the checks
+    quick = {**scaling_module.SETTINGS["quick"],
+             **{k: v for k, v in tiny.items() if k not in ("progress", "figures")}}
+    monkeypatch.setitem(scaling_module.SETTINGS, "quick", quick)
+    argv = ["reproduce", "scaling", "--quick", "--out", str(tmp_path), "--n-jobs", "1",
+            "--no-progress"]
+    assert main(argv) == 0
+    for name in ("summary.csv", "summary.md", "growth.csv", "design.csv",
+                 "rank_sandwich.png"):
+        assert (tmp_path / "scaling" / name).exists(), name
+    assert "all expected behaviours observed" in capsys.readouterr().out
+    # a check that fails gives exit status 1
+    monkeypatch.setitem(quick, "softmax", {"max_epochs": 1, "n_init": 1})
+    assert main(argv[:4] + [str(tmp_path / "short")] + argv[5:]) == 1
+    # --ranks does not apply: a clear error before any fit
+    assert main(argv + ["--ranks", "4"]) == 2
+    assert "--ranks does not apply to scaling" in capsys.readouterr().err

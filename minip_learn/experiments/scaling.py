@@ -1,4 +1,4 @@
-"""Reproduction recipe: the rank sandwich across the number of bits ``m``.
+"""The scaling recipe: the rank sandwich across the number of bits ``m``.
 
 For every ``m`` of a grid, :func:`scaling_experiment` builds a witness suite and
 measures three ranks that sandwich the smallest rank of a nonnegative kernel head that
@@ -26,7 +26,6 @@ All numbers live in :data:`SETTINGS` (``"quick"`` and ``"full"``); keyword argum
 :func:`scaling_experiment` override them.
 """
 
-import copy
 import hashlib
 import json
 import math
@@ -37,12 +36,12 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
-from .datasets import make_witness_suite
-from .estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
-from .model_selection import rank_sweep
-from .theory import bound_table, certify, exact_kernel_realization
+from ..datasets import make_witness_suite
+from ..estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
+from ..theory import bound_table, certify, exact_kernel_realization
+from ._shared import Recipe, _report, _settings_text
 
-__all__ = ["SETTINGS", "factorized_kernel_head", "growth_fit", "plot_rank_sandwich",
+__all__ = ["SETTINGS", "SUMMARY_COLUMNS", "factorized_kernel_head", "growth_fit",
            "scaling_checks", "scaling_experiment", "verify_solver"]
 
 #: Error below which a prediction rounds to its target: the solving criterion.
@@ -92,21 +91,6 @@ SUMMARY_COLUMNS = (
 )
 
 
-def _settings(quick, overrides):
-    cfg = copy.deepcopy(SETTINGS["quick" if quick else "full"])
-    for key, value in overrides.items():
-        if value is None:
-            continue
-        if key not in cfg:
-            raise TypeError(f"scaling_experiment() got an unexpected setting {key!r}; "
-                            f"settings: {sorted(cfg)}.")
-        if isinstance(cfg[key], dict) and isinstance(value, dict):
-            cfg[key].update(value)
-        else:
-            cfg[key] = value
-    return cfg
-
-
 # -- verification ---------------------------------------------------------------------
 def verify_solver(estimator, X, y):
     """Largest error ``max |p - t|`` of a fitted head on a family, in float64.
@@ -130,7 +114,7 @@ def verify_solver(estimator, X, y):
     Examples
     --------
     >>> from minip_learn.datasets import make_witness_suite
-    >>> from minip_learn.scaling_recipe import verify_solver
+    >>> from minip_learn.experiments import verify_solver
     >>> from minip_learn.theory import exact_kernel_realization
     >>> suite = make_witness_suite(16, construction="small")
     >>> verify_solver(exact_kernel_realization(tokens=suite.tokens), suite.X, suite.y) < 0.5
@@ -195,13 +179,16 @@ def factorized_kernel_head(X, y, rank, *, beta=2.0, nmf_iter=200, steps=300, lr=
     Returns
     -------
     estimator : KernelAttentionRegressor
-        Fitted (``feature_map="table"``, ``rank``, float64); ``train_max_error_`` and
-        ``solved_`` describe the constructed head on ``(X, y)``.
+        Fitted without training, through
+        :meth:`~minip_learn.estimators.KernelAttentionRegressor.from_module`
+        (``feature_map="table"`` over the family's tokens, ``rank``, float64);
+        ``train_max_error_`` and ``solved_`` describe the constructed head on
+        ``(X, y)``.
 
     Examples
     --------
     >>> from minip_learn.datasets import make_witness_suite
-    >>> from minip_learn.scaling_recipe import factorized_kernel_head, verify_solver
+    >>> from minip_learn.experiments import factorized_kernel_head, verify_solver
     >>> suite = make_witness_suite(12, max_sequences=20000)
     >>> suite.certified_min_rank, suite.constructive_rank
     (4, 8)
@@ -251,14 +238,13 @@ def factorized_kernel_head(X, y, rank, *, beta=2.0, nmf_iter=200, steps=300, lr=
         loss.backward()
         optimizer.step()
 
-    # a fitted table head of this rank (one epoch), whose weights are then replaced
-    est = KernelAttentionRegressor(
-        rank=int(rank), feature_map="table", dtype="float64", max_epochs=1,
-        stop_tolerance=None, split_every=None, random_state=0).fit(X, y)
-    head = est.net_.module_
-    vocab = head.query_features.vocabulary.cpu().numpy()
-    if not np.array_equal(vocab, tokens):  # rows of the tables follow the vocabulary
-        raise RuntimeError("the table head's vocabulary differs from the family's tokens.")
+    # the table head of R3 with the factors as its query and key tables (rows follow
+    # the vocabulary, which is ``tokens``), value map x and readout <x, u> + b
+    from ..nn import KernelAttentionHead
+
+    vocabulary = {"vocabulary": tokens}
+    head = KernelAttentionHead(m, int(rank), feature_map="table",
+                               feature_kwargs=vocabulary).double()
     eye = torch.eye(m, dtype=dt)
     with torch.no_grad():
         head.query_features.log_table.copy_(LP.detach())
@@ -269,9 +255,11 @@ def factorized_kernel_head(X, y, rank, *, beta=2.0, nmf_iter=200, steps=300, lr=
         head.readout.weight.bias.zero_()
         head.readout.bias.weight.zero_()
         head.readout.bias.bias.fill_(float(b.detach()))
+    est = KernelAttentionRegressor.from_module(
+        head, rank=int(rank), feature_map="table", feature_kwargs=vocabulary,
+        dtype="float64")
     est.train_max_error_ = verify_solver(est, X, y)
     est.solved_ = est.train_max_error_ < TOLERANCE
-    est.n_epochs_ = 0
     return est
 
 
@@ -295,7 +283,7 @@ def growth_fit(n_bits, ranks, *, confidence=0.95):
 
     Examples
     --------
-    >>> from minip_learn.scaling_recipe import growth_fit
+    >>> from minip_learn.experiments import growth_fit
     >>> fit = growth_fit([8, 16, 24], [2, 8, 32])
     >>> fit.slope, fit.n, (fit.ci_low, fit.ci_high)
     (0.25, 3, (0.25, 0.25))
@@ -354,7 +342,7 @@ def scaling_checks(summary, results):
     Examples
     --------
     >>> import pandas as pd
-    >>> from minip_learn.scaling_recipe import scaling_checks
+    >>> from minip_learn.experiments import scaling_checks
     >>> summary = pd.DataFrame({"n_bits": [8], "certified_min_rank": [2],
     ...                         "smallest_solving_rank": [3], "constructive_rank": [4]})
     >>> results = pd.DataFrame({"model": ["kernel", "kernel", "softmax"],
@@ -500,20 +488,19 @@ def _construction_route(suite, m, cfg, out, bound, constructive):
     return hi, (lo if lo >= bound else None), solvers[hi], rows, store
 
 
-def _training_route(suite, m, fm, cfg, runs, n_jobs, devices, progress, ensemble, bound,
-                    constructive):
+def _training_route(recipe, suite, m, fm, bound, constructive):
     """Bisection over ranks with trained heads: a control fit below the bound, then
     the constructive rank, then the ranks between."""
+    cfg = recipe.cfg
     est = KernelAttentionRegressor(feature_map=fm, **cfg["kernel"])
     parts, fitted = [], {}
     counts = [0, 0]
 
     def sweep(*ranks):
-        res = rank_sweep(
-            est, suite.X, suite.y, ranks=[int(r) for r in ranks], seeds=list(cfg["seeds"]),
-            n_jobs=n_jobs, devices=devices, out=runs, name=f"scaling-m{m}-{fm}",
-            tags={"model": "kernel", "n_bits": m}, return_estimators=True,
-            save_estimators=runs is not None, progress=progress, ensemble=ensemble)
+        res = recipe.sweep(
+            est, suite.X, suite.y, name=f"scaling-m{m}-{fm}", estimators=True,
+            ranks=[int(r) for r in ranks], seeds=list(cfg["seeds"]),
+            tags={"model": "kernel", "n_bits": m})
         counts[0] += res.n_computed
         counts[1] += res.n_resumed
         parts.append(res.results)
@@ -569,8 +556,8 @@ def scaling_experiment(
     Parameters
     ----------
     quick : bool, default=True
-        ``SETTINGS["quick"]`` (sizes 8-20, ``table`` maps, two seeds: a few minutes on
-        2 cores) or ``SETTINGS["full"]``.
+        Use ``SETTINGS["scaling"]["quick"]`` (sizes 8-20, ``table`` maps, two seeds: a
+        few minutes on 2 cores) instead of ``"full"``.
     out : str or path, default=None
         Folder for ``results.csv`` (one row per fit or construction), ``summary.csv``
         (one row per size, :data:`SUMMARY_COLUMNS`; ``training_time``,
@@ -588,7 +575,7 @@ def scaling_experiment(
     progress : bool, default=True
         Progress bars and one line per size.
     figures : bool, default=True
-        Draw ``rank_sandwich``.
+        Draw ``rank_sandwich`` (:func:`~minip_learn.plotting.plot_rank_sandwich`).
     ensemble : bool, default=True
         Train the seeds of a rank as one batched ensemble (kernel heads only).
     **settings
@@ -613,7 +600,7 @@ def scaling_experiment(
 
     Examples
     --------
-    >>> from minip_learn.scaling_recipe import scaling_experiment
+    >>> from minip_learn.experiments import scaling_experiment
     >>> res = scaling_experiment(
     ...     sizes=(8,), seeds=(0,), softmax_seeds=(0,), kernel={"max_epochs": 200},
     ...     softmax={"max_epochs": 200}, design_bits=(8, 16), progress=False,
@@ -624,16 +611,16 @@ def scaling_experiment(
     >>> res.checks["sandwich_ordered"]
     True
     """
-    t0, c0 = time.perf_counter(), time.process_time()
-    cfg = _settings(quick, settings)
-    out = None if out is None else Path(out)
-    runs = None if out is None else out / "runs"
+    c0 = time.process_time()
+    recipe = Recipe("scaling", SETTINGS, quick=quick, out=out, n_jobs=n_jobs,
+                    devices=devices, progress=progress, figures=figures, ensemble=ensemble,
+                    overrides=settings)
+    cfg, out = recipe.cfg, recipe.out
     design = bound_table(n_bits=sorted(set(cfg["design_bits"]) | set(cfg["sizes"])),
                          seq_len=[cfg["suite"].get("seq_len", 3)])
     design_bound = dict(zip(design["n_bits"], design["certified_min_rank"]))
     rows, parts = [], []
     n_computed = n_resumed = 0
-    files = {}
     for m in cfg["sizes"]:
         m = int(m)
         tm = time.perf_counter()
@@ -646,9 +633,8 @@ def scaling_experiment(
         # training route, per feature map
         training, m_parts = {}, []
         for fm in cfg["feature_maps"]:
-            hi, lo, est, fits, counts = _training_route(
-                suite, m, fm, cfg, runs, n_jobs, devices, progress, ensemble, bound,
-                constructive)
+            hi, lo, est, fits, counts = _training_route(recipe, suite, m, fm, bound,
+                                                        constructive)
             training[fm] = (hi, lo, est)
             m_parts += fits
             n_computed += counts[0]
@@ -661,14 +647,14 @@ def scaling_experiment(
         n_computed += store.n_computed
         n_resumed += store.n_resumed
 
-        # dense softmax with m-dimensional scores
+        # dense softmax with m-dimensional scores, one seed at a time (their n_init
+        # restarts stop at the first initialisation that solves)
         soft = None
         if cfg["softmax_seeds"]:
-            soft = rank_sweep(
+            soft = recipe.sweep(
                 SoftmaxAttentionRegressor(score_dim=m, **cfg["softmax"]), suite.X,
-                suite.y, seeds=list(cfg["softmax_seeds"]), n_jobs=n_jobs,
-                devices=devices, out=runs, name=f"scaling-m{m}-softmax",
-                tags={"model": "softmax", "n_bits": m}, progress=progress)
+                suite.y, name=f"scaling-m{m}-softmax", seeds=list(cfg["softmax_seeds"]),
+                tags={"model": "softmax", "n_bits": m}, ensemble=False)
             m_parts.append(soft.results)
             n_computed += soft.n_computed
             n_resumed += soft.n_resumed
@@ -717,16 +703,17 @@ def scaling_experiment(
             wall_time=time.perf_counter() - tm,
             **{f"training_rank_{fm}": training[fm][0] for fm in cfg["feature_maps"]},
         ))
-        summary = _summary_frame(rows)
-        results = _results_frame(parts)
         if progress:
             r = rows[-1]
             print(f"m = {m}: certified {bound} <= smallest solving {upper} ({route}) <= "
                   f"constructive {constructive}; softmax solved {r['softmax_solved']:.2f}; "
                   f"{r['wall_time']:.1f} s", flush=True)
-        if out is not None:
-            files.update(_write_tables(out, results, summary, None, design,
-                                       _markdown(summary, None, None, cfg)))
+        # the tables so far, rewritten as each size finishes
+        summary = _summary_frame(rows)
+        recipe.write_tables(
+            Bunch(results=_results_frame(parts), summary=summary,
+                  markdown=_markdown(summary, None, {}, cfg)),
+            {"design": design})
 
     summary = _summary_frame(rows)
     results = _results_frame(parts)
@@ -737,21 +724,16 @@ def scaling_experiment(
         print(_growth_lines(growth), flush=True)
     figs = {}
     if figures:
-        ax = plot_rank_sandwich(summary, design=design)
-        figs["rank_sandwich"] = ax.figure
-    if out is not None:
-        files.update(_write_tables(out, results, summary, growth, design, markdown))
-        for name, fig in figs.items():
-            files[name] = out / f"{name}.png"
-            fig.savefig(files[name], dpi=120)
-        import matplotlib.pyplot as plt
+        from ..plotting import plot_rank_sandwich
 
-        for fig in figs.values():
-            plt.close(fig)
-    return Bunch(summary=summary, results=results, growth=growth, design=design,
-                 markdown=markdown, checks=checks, figures=figs, files=files,
-                 settings=cfg, n_computed=n_computed, n_resumed=n_resumed,
-                 elapsed=time.perf_counter() - t0, cpu_time=time.process_time() - c0)
+        figs["rank_sandwich"] = plot_rank_sandwich(summary, design=design).figure
+    result = recipe.finish(
+        Bunch(summary=summary, results=results, growth=growth, design=design,
+              markdown=markdown, checks=checks, figures=figs, n_computed=n_computed,
+              n_resumed=n_resumed),
+        tables={"growth": growth, "design": design})
+    result.cpu_time = time.process_time() - c0
+    return result
 
 
 def _summary_frame(rows):
@@ -794,127 +776,33 @@ def _growth_lines(growth):
     return "\n".join(lines)
 
 
-def _cell(value):
-    if value is None or (isinstance(value, float) and np.isnan(value)) or value is pd.NA:
-        return "-"
-    if isinstance(value, (float, np.floating)):
-        return f"{value:.3g}"
-    return str(value)
+_CHECK_LABELS = {
+    "none_solved_below_bound": "no kernel head below the certified bound solved",
+    "sandwich_ordered": "certified <= smallest solving <= constructive at every m",
+    "softmax_solved_every_seed": "dense softmax solved every seed at every m",
+}
+
+#: The columns of the markdown table: heading -> column of the summary.
+_DISPLAY_COLUMNS = {
+    "m": "n_bits", "suite": "construction", "sequences": "n_sequences",
+    "certified (lower)": "certified_min_rank", "failed below": "failed_rank_below",
+    "smallest solving (upper)": "smallest_solving_rank", "route": "upper_route",
+    "training": "training_rank", "construction": "construction_rank",
+    "constructive (R3)": "constructive_rank", "softmax solved": "softmax_solved",
+    "fit time (s)": "fit_time_total", "fit CPU (s)": "fit_cpu_time",
+}
 
 
 def _markdown(summary, growth, checks, cfg):
+    """``summary.md``: the table, the growth fits (when given) and the checks."""
     summary = summary.assign(fit_time_total=summary[
         ["training_time", "construction_time", "softmax_time"]].sum(axis=1))
-    cols = [("m", "n_bits"), ("suite", "construction"), ("sequences", "n_sequences"),
-            ("certified (lower)", "certified_min_rank"),
-            ("failed below", "failed_rank_below"),
-            ("smallest solving (upper)", "smallest_solving_rank"), ("route", "upper_route"),
-            ("training", "training_rank"), ("construction", "construction_rank"),
-            ("constructive (R3)", "constructive_rank"),
-            ("softmax solved", "softmax_solved"),
-            ("fit time (s)", "fit_time_total"), ("fit CPU (s)", "fit_cpu_time")]
-    suite_args = ", ".join(f"{k}={v!r}" for k, v in cfg["suite"].items())
-    kernel_args = ", ".join(f"{k}={v}" for k, v in cfg["kernel"].items())
-    lines = [
-        "## Rank sandwich across n_bits",
-        "",
-        (f"Witness suites `make_witness_suite(n_bits=m, {suite_args})`; "
-         f"kernel maps {list(cfg['feature_maps'])}, seeds {list(cfg['seeds'])} per rank "
-         f"({kernel_args}); softmax (score_dim = m) seeds {list(cfg['softmax_seeds'])}."),
-        "",
-        "| " + " | ".join(c for c, _ in cols) + " |",
-        "|" + "|".join("---:" for _ in cols) + "|",
-    ]
-    for _, r in summary.iterrows():
-        lines.append("| " + " | ".join(_cell(r[k]) for _, k in cols) + " |")
-    if growth is not None:
-        lines += ["", "Growth (least squares of log2 rank against m):", "",
-                  _growth_lines(growth)]
-    if checks is not None:
-        labels = {
-            "none_solved_below_bound": "no kernel head below the certified bound solved",
-            "sandwich_ordered": "certified <= smallest solving <= constructive at every m",
-            "softmax_solved_every_seed": "dense softmax solved every seed at every m",
-        }
-        lines += [""] + [f"- [{'x' if ok else ' '}] {labels.get(k, k)}"
-                         for k, ok in checks.items()]
-    return "\n".join(lines)
-
-
-def _write_tables(out, results, summary, growth, design, markdown):
-    out.mkdir(parents=True, exist_ok=True)
-    files = {"results": out / "results.csv", "summary_csv": out / "summary.csv",
-             "design": out / "design.csv", "summary_md": out / "summary.md"}
-    results.to_csv(files["results"], index=False)
-    summary.to_csv(files["summary_csv"], index=False)
-    design.to_csv(files["design"], index=False)
-    if growth is not None:
-        files["growth"] = out / "growth.csv"
-        growth.to_csv(files["growth"], index=False)
-    files["summary_md"].write_text(markdown + "\n")
-    return files
-
-
-# -- figure ---------------------------------------------------------------------------
-def plot_rank_sandwich(summary, *, design=None, ax=None, title=None):
-    """Rank against ``n_bits`` (log axis): the band between the certified and the
-    smallest solving rank, the constructive rank, the softmax score dimension, and the
-    design bound as a dashed calculation.
-
-    Parameters
-    ----------
-    summary : pandas.DataFrame
-        One row per size: ``n_bits``, ``certified_min_rank``,
-        ``smallest_solving_rank``, ``constructive_rank`` and, optionally,
-        ``softmax_score_dim``.
-    design : pandas.DataFrame, default=None
-        :func:`~minip_learn.theory.bound_table` output (``n_bits``,
-        ``certified_min_rank``), drawn dashed and labelled as a calculation.
-    ax : matplotlib Axes, default=None
-    title : str, default=None
-
-    Returns
-    -------
-    ax : matplotlib Axes
-
-    Examples
-    --------
-    >>> import pandas as pd
-    >>> from minip_learn.scaling_recipe import plot_rank_sandwich
-    >>> summary = pd.DataFrame({"n_bits": [8, 16], "certified_min_rank": [2, 8],
-    ...                         "smallest_solving_rank": [2, 30],
-    ...                         "constructive_rank": [4, 30], "softmax_score_dim": [8, 16]})
-    >>> ax = plot_rank_sandwich(summary)
-    >>> ax.get_yscale()
-    'log'
-    """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(7.2, 4.6), layout="constrained")
-    s = summary.sort_values("n_bits")
-    m = s["n_bits"].to_numpy(float)
-    lower = pd.to_numeric(s["certified_min_rank"], errors="coerce").to_numpy(float)
-    upper = pd.to_numeric(s["smallest_solving_rank"], errors="coerce").to_numpy(float)
-    ok = np.isfinite(upper)
-    ax.fill_between(m[ok], lower[ok], upper[ok], color="C0", alpha=0.18, linewidth=0,
-                    label="sandwich: true minimum rank lies here")
-    ax.plot(m, lower, "o-", color="C0", label="certified minimum rank (lower)")
-    ax.plot(m[ok], upper[ok], "s-", color="C3", label="smallest verified solving rank (upper)")
-    # hollow and larger: stays visible where the upper bound equals it
-    ax.plot(m, s["constructive_rank"].to_numpy(float), "^:", color="C2", markersize=11,
-            fillstyle="none", label="constructive rank (distinct tokens)")
-    if "softmax_score_dim" in s:
-        ax.plot(m, s["softmax_score_dim"].to_numpy(float), "d-.", color="C4",
-                label="softmax score dimension (= m)")
-    if design is not None and len(design):
-        d = design.sort_values("n_bits")
-        ax.plot(d["n_bits"], d["certified_min_rank"], "--", color="0.35",
-                label="design bound (calculation, not materialised)")
-    ax.set_yscale("log", base=2)
-    ax.set_xlabel("bits per token m")
-    ax.set_ylabel("feature rank")
-    ax.set_title(title or "Rank needed by nonnegative kernel attention on witness suites")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
-    return ax
+    table = pd.DataFrame({head: summary[col] for head, col in _DISPLAY_COLUMNS.items()})
+    text = (f"Witness suites `make_witness_suite(n_bits=m, {_settings_text(cfg['suite'])})`; "
+            f"kernel maps {list(cfg['feature_maps'])}, seeds {list(cfg['seeds'])} per rank "
+            f"({_settings_text(cfg['kernel'])}); softmax (score_dim = m) seeds "
+            f"{list(cfg['softmax_seeds'])}.")
+    note = None if growth is None else (
+        "Growth (least squares of log2 rank against m):\n\n" + _growth_lines(growth))
+    return _report("Rank sandwich across n_bits", text, table, checks,
+                   labels=_CHECK_LABELS, note=note).rstrip()
