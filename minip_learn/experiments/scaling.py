@@ -22,8 +22,9 @@ certified bound of the witness designs continued to large ``m`` as a calculation
 (:func:`~minip_learn.theory.bound_table`). The growth of each rank with ``m`` is fitted
 on a log2 scale (:func:`growth_fit`).
 
-All numbers live in :data:`SETTINGS` (``"quick"`` and ``"full"``); keyword arguments of
-:func:`scaling_experiment` override them.
+All numbers live in :data:`SETTINGS` (``"quick"`` and ``"full"``, also
+``minip_learn.experiments.SETTINGS["scaling"]``); keyword arguments of
+:func:`scaling_experiment` override them. ``minip-learn reproduce scaling`` runs it.
 """
 
 import hashlib
@@ -527,17 +528,8 @@ def _results_frame(parts):
     return df[first + [c for c in df.columns if c not in first]].reset_index(drop=True)
 
 
-def scaling_experiment(
-    *,
-    quick=True,
-    out=None,
-    n_jobs=None,
-    devices=None,
-    progress=True,
-    figures=True,
-    ensemble=True,
-    **settings,
-):
+def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
+                       figures=True, ensemble=True, **settings):
     """The rank sandwich across ``n_bits``: certified, smallest solving, constructive.
 
     For every size ``m`` in ``sizes``: the witness suite
@@ -560,7 +552,8 @@ def scaling_experiment(
         few minutes on 2 cores) instead of ``"full"``.
     out : str or path, default=None
         Folder for ``results.csv`` (one row per fit or construction), ``summary.csv``
-        (one row per size, :data:`SUMMARY_COLUMNS`; ``training_time``,
+        (one row per size, the columns
+        :data:`~minip_learn.experiments.scaling.SUMMARY_COLUMNS`; ``training_time``,
         ``construction_time``, ``softmax_time`` and ``fit_cpu_time`` add up the times
         stored with the fits, so a resumed run reports them too, while ``wall_time``
         is this call's), ``growth.csv``, ``design.csv``,
@@ -579,8 +572,9 @@ def scaling_experiment(
     ensemble : bool, default=True
         Train the seeds of a rank as one batched ensemble (kernel heads only).
     **settings
-        Overrides of :data:`SETTINGS`: ``sizes``, ``suite`` (keyword arguments of
-        :func:`~minip_learn.datasets.make_witness_suite` besides ``n_bits``),
+        Overrides of the recipe's settings (``SETTINGS["scaling"]``): ``sizes``,
+        ``suite`` (keyword arguments of :func:`~minip_learn.datasets.make_witness_suite`
+        besides ``n_bits``),
         ``feature_maps``, ``seeds``, ``softmax_seeds``, ``kernel``, ``softmax``,
         ``construction`` (keyword arguments of :func:`factorized_kernel_head` and its
         ``seeds``), ``max_probes`` (most ranks probed by each search between the two
