@@ -1,4 +1,4 @@
-"""Command line: ``minip-learn reproduce witness|length|ood|beyond|all [--quick] ...``.
+"""Command line: ``minip-learn reproduce witness|length|ood|beyond|scaling|all [--quick]``.
 
 ``minip-learn certify FAMILY.npy [--out CERT.json]`` prints the certified minimum rank
 of a family and writes its certificate; ``minip-learn verify FAMILY.npy CERT.json``
@@ -6,7 +6,8 @@ checks a certificate independently (exit status 0 valid, 1 rejected, 2 bad file)
 
 ``witness`` and ``length`` are the paper's experiments (``all`` runs those two);
 ``ood`` (out-of-distribution scaling) and ``beyond`` (variants outside the theorem)
-go beyond the paper and regenerate the docs' results page.
+go beyond the paper and regenerate the docs' results page; ``scaling`` measures the
+rank sandwich across the number of bits ``m`` (docs: the scaling page).
 
 Also available as ``python -m minip_learn``. Writes, per experiment, ``results.csv``
 (one row per fit), ``summary.csv``, ``summary.md`` and PNG figures into
@@ -108,10 +109,11 @@ def build_parser():
         description="Run a reproduction recipe (minip_learn.experiments) and write "
                     "results.csv, summary.csv, summary.md and PNG figures.",
     )
-    rep.add_argument("experiment", choices=["witness", "length", "ood", "beyond", "all"],
+    rep.add_argument("experiment",
+                     choices=["witness", "length", "ood", "beyond", "scaling", "all"],
                      help="witness, length: the paper's experiments; ood, beyond: beyond "
-                          "the paper (docs: results page); all: the paper's two "
-                          "(witness, length)")
+                          "the paper (docs: results page); scaling: the rank sandwich "
+                          "across n_bits; all: the paper's two (witness, length)")
     rep.add_argument("--quick", action="store_true",
                      help="small grid: a few minutes on 2 cores (default: the full grid)")
     rep.add_argument("--out", default="minip-results", type=Path,
@@ -121,15 +123,17 @@ def build_parser():
     rep.add_argument("--devices", type=_devices, default=None,
                      help="torch devices: cpu, cuda, or a list such as cuda:0,cuda:1")
     rep.add_argument("--ranks", type=_int_list(1, "positive integers"), default=None,
-                     help="override the ranks, e.g. 8,16,64")
+                     help="override the ranks, e.g. 8,16,64 (scaling searches its ranks "
+                          "itself and refuses the option)")
     rep.add_argument("--seeds", type=_int_list(0, "nonnegative integers"), default=None,
                      help="override the kernel seeds, e.g. 0,1,2")
     rep.add_argument("--max-epochs", type=lambda t: _int(t, 1, "a positive integer"),
                      default=None, help="override max_epochs of every fit")
     rep.add_argument("--no-progress", action="store_true", help="no progress bars")
-    rep.add_argument("--ensemble", action="store_true",
+    rep.add_argument("--ensemble", action="store_true", default=None,
                      help="train the seeds and ranks of each sweep as batched ensembles "
-                          "(same results, several times cheaper per fit)")
+                          "(same results, several times cheaper per fit; scaling does "
+                          "so by default)")
     _add_certificate_commands(sub)
     return parser
 
@@ -202,10 +206,14 @@ def _run(args, name):
 
     kwargs = dict(quick=args.quick, out=args.out / name, n_jobs=args.n_jobs,
                   devices=args.devices, progress=not args.no_progress,
-                  ranks=args.ranks, seeds=args.seeds, ensemble=args.ensemble)
+                  ranks=args.ranks, seeds=args.seeds)
+    if args.ensemble is not None:  # otherwise the recipe's default
+        kwargs["ensemble"] = args.ensemble
+    if name == "scaling":
+        kwargs.pop("ranks")
     if args.max_epochs is not None:
         kwargs["kernel"] = {"max_epochs": args.max_epochs}
-        if name in ("witness", "ood"):
+        if name in ("witness", "ood", "scaling"):
             kwargs["softmax"] = {"max_epochs": args.max_epochs}
         if name == "beyond":
             kwargs["base"] = kwargs.pop("kernel")
@@ -219,6 +227,9 @@ def _reproduce(args):
         args.n_jobs = os.cpu_count() or 1
     names = ["witness", "length"] if args.experiment == "all" else [args.experiment]
     resolve_devices(args.devices)
+    if args.ranks is not None and "scaling" in names:
+        raise ValueError("--ranks does not apply to scaling: it searches the ranks "
+                         "between the certified and the constructive rank itself.")
     for name in names:  # before any fit: every output folder can be written
         check_writable(args.out / name / "runs")
     t0 = time.perf_counter()

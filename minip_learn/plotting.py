@@ -8,6 +8,9 @@
   scale (disjoint train/test token pools), dense softmax per scale as a reference.
 * :func:`plot_variant_sweep` -- solved fraction vs rank for model variants (signed
   maps, several heads/layers, nonlinear readouts) against a certified bound.
+* :func:`plot_rank_sandwich` -- rank against the number of bits ``m`` (log axis): the
+  band between the certified and the smallest solving rank, the constructive rank, the
+  softmax score dimension and the design bound as a dashed calculation.
 * :func:`plot_kernel_heatmap` -- a fitted kernel head's matrix ``alpha(x_i, k_j)`` on a
   witness suite's queries and designated keys (the approximate identity of :ref:`theory-r5`).
 
@@ -18,7 +21,8 @@ Each function draws on ``ax`` (a new figure when None) and returns the axes.
 import numpy as np
 
 __all__ = ["kernel_matrix", "plot_kernel_heatmap", "plot_length_transition",
-           "plot_ood_transition", "plot_phase_transition", "plot_variant_sweep"]
+           "plot_ood_transition", "plot_phase_transition", "plot_rank_sandwich",
+           "plot_variant_sweep"]
 
 
 #: The parameters and return value every plotting function shares.
@@ -424,4 +428,64 @@ def plot_variant_sweep(summary, *, metric="exact_match", certified_min_rank=None
         title or "Variants vs the certified bound")
     if metric != "solved_fraction":
         ax.set_ylim(None, 1.02)
+    return ax
+
+
+@_plot_doc
+def plot_rank_sandwich(summary, *, design=None, ax=None, title=None):
+    """Rank against ``n_bits`` (log axis): the band between the certified and the
+    smallest solving rank, the constructive rank, the softmax score dimension, and the
+    design bound as a dashed calculation.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        One row per size (the ``summary`` of
+        :func:`~minip_learn.experiments.scaling_experiment`): ``n_bits``,
+        ``certified_min_rank``, ``smallest_solving_rank``, ``constructive_rank`` and,
+        optionally, ``softmax_score_dim``.
+    design : pandas.DataFrame, default=None
+        :func:`~minip_learn.theory.bound_table` output (``n_bits``,
+        ``certified_min_rank``), drawn dashed and labelled as a calculation.
+    %(axes)s
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from minip_learn.plotting import plot_rank_sandwich
+    >>> summary = pd.DataFrame({"n_bits": [8, 16], "certified_min_rank": [2, 8],
+    ...                         "smallest_solving_rank": [2, 30],
+    ...                         "constructive_rank": [4, 30], "softmax_score_dim": [8, 16]})
+    >>> ax = plot_rank_sandwich(summary)
+    >>> ax.get_yscale()
+    'log'
+    """
+    import pandas as pd
+
+    ax = _axes(ax, figsize=(7.2, 4.6))
+    s = summary.sort_values("n_bits")
+    m = s["n_bits"].to_numpy(float)
+    lower = pd.to_numeric(s["certified_min_rank"], errors="coerce").to_numpy(float)
+    upper = pd.to_numeric(s["smallest_solving_rank"], errors="coerce").to_numpy(float)
+    ok = np.isfinite(upper)
+    ax.fill_between(m[ok], lower[ok], upper[ok], color="C0", alpha=0.18, linewidth=0,
+                    label="sandwich: true minimum rank lies here")
+    ax.plot(m, lower, "o-", color="C0", label="certified minimum rank (lower)")
+    ax.plot(m[ok], upper[ok], "s-", color="C3", label="smallest verified solving rank (upper)")
+    # hollow and larger: stays visible where the upper bound equals it
+    ax.plot(m, s["constructive_rank"].to_numpy(float), "^:", color="C2", markersize=11,
+            fillstyle="none", label="constructive rank (distinct tokens)")
+    if "softmax_score_dim" in s:
+        ax.plot(m, s["softmax_score_dim"].to_numpy(float), "d-.", color="C4",
+                label="softmax score dimension (= m)")
+    if design is not None and len(design):
+        d = design.sort_values("n_bits")
+        ax.plot(d["n_bits"], d["certified_min_rank"], "--", color="0.35",
+                label="design bound (calculation, not materialised)")
+    ax.set_yscale("log", base=2)
+    ax.set_xlabel("bits per token m")
+    ax.set_ylabel("feature rank")
+    ax.set_title(title or "Rank needed by nonnegative kernel attention on witness suites")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
     return ax

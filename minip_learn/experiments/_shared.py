@@ -1,7 +1,7 @@
 """What every recipe shares: settings, sweeps into ``out/runs``, tables and output files.
 
 Each recipe module (:mod:`~minip_learn.experiments.witness`, ``length``, ``ood``,
-``beyond``) imports this module and nothing else of the package.
+``beyond``, ``scaling``) imports this module and nothing else of the package.
 """
 
 import copy
@@ -17,7 +17,7 @@ __all__ = ["markdown_table"]
 
 
 def _fmt(value, digits=3):
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return "-"
     if isinstance(value, (float, np.floating)):
         if float(value).is_integer() and abs(value) < 1e6:
@@ -135,17 +135,13 @@ class Recipe:
                           return_estimators=estimators,
                           save_estimators=estimators and self.runs is not None, **options)
 
-    def finish(self, result, *, table=None):
-        """Set ``elapsed`` and ``settings``; with ``out``, write the files and close the
-        figures. ``table``: a displayed table also written as ``table.csv``."""
-        result.settings = self.cfg
-        result.elapsed = time.perf_counter() - self.t0
-        result.files = {}
+    def write_tables(self, result, tables=None):
+        """Write ``results.csv``, ``summary.csv``, ``summary.md`` and ``tables`` (name ->
+        DataFrame, each as ``name.csv``) into ``out``; returns name -> path (empty
+        without ``out``)."""
+        files = {}
         if self.out is None:
-            return result
-        import matplotlib.pyplot as plt
-
-        files = result.files
+            return files
         self.out.mkdir(parents=True, exist_ok=True)
         files["results"] = self.out / "results.csv"
         result.results.to_csv(files["results"], index=False)
@@ -153,11 +149,27 @@ class Recipe:
         result.summary.to_csv(files["summary_csv"], index=False)
         files["summary_md"] = self.out / "summary.md"
         files["summary_md"].write_text(result.markdown + "\n")
+        for name, df in (tables or {}).items():
+            files[name] = self.out / f"{name}.csv"
+            df.to_csv(files[name], index=False)
+        return files
+
+    def finish(self, result, *, table=None, tables=None):
+        """Set ``elapsed`` and ``settings``; with ``out``, write the files and close the
+        figures. ``table``: a displayed table also written as ``table.csv``;
+        ``tables``: more tables (name -> DataFrame), each written as ``name.csv``."""
+        result.settings = self.cfg
+        result.elapsed = time.perf_counter() - self.t0
+        tables = dict(tables or {})
         if table is not None:
-            files["table"] = self.out / "table.csv"
-            table.to_csv(files["table"], index=False)
+            tables["table"] = table
+        result.files = self.write_tables(result, tables)
+        if self.out is None:
+            return result
+        import matplotlib.pyplot as plt
+
         for fig_name, fig in result.figures.items():
-            files[fig_name] = self.out / f"{fig_name}.png"
-            fig.savefig(files[fig_name], dpi=120)
+            result.files[fig_name] = self.out / f"{fig_name}.png"
+            fig.savefig(result.files[fig_name], dpi=120)
             plt.close(fig)
         return result

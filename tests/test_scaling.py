@@ -1,0 +1,261 @@
+"""The scaling recipe: the rank sandwich across n_bits."""
+
+import json
+import math
+
+import joblib
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from minip_learn.datasets import make_witness_suite, minip_targets
+from minip_learn.experiments import (
+    factorized_kernel_head,
+    growth_fit,
+    run_experiment,
+    scaling_checks,
+    scaling_experiment,
+    verify_solver,
+)
+from minip_learn.experiments.scaling import SUMMARY_COLUMNS
+from minip_learn.plotting import plot_rank_sandwich
+
+TINY = dict(sizes=(8, 12), seeds=(0, 1), softmax_seeds=(0, 1),
+            kernel={"max_epochs": 800}, softmax={"max_epochs": 300},
+            construction={"steps": 100, "nmf_iter": 50}, design_bits=(8, 16, 24))
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("scaling")
+    first = scaling_experiment(out=out, progress=False, **TINY)
+    second = scaling_experiment(out=out, progress=False, **TINY)
+    return out, first, second
+
+
+def test_summary_columns_and_values(tiny_run):
+    _, res, _ = tiny_run
+    s = res.summary
+    assert set(SUMMARY_COLUMNS) <= set(s.columns)
+    assert s["n_bits"].tolist() == [8, 12]
+    # measured on these default suites: certified 2 and 4, constructive 4 and 8
+    assert s["certified_min_rank"].tolist() == [2, 4]
+    assert s["constructive_rank"].tolist() == [4, 8]
+    assert (s["softmax_score_dim"] == s["n_bits"]).all()
+    for _, row in s.iterrows():
+        assert row["certified_min_rank"] <= row["smallest_solving_rank"] <= row["constructive_rank"]
+        assert row["upper_route"] in ("training (table)", "construction")
+        # suite_params rebuild the suite
+        suite = make_witness_suite(**json.loads(row["suite_params"]))
+        assert len(suite.X) == row["n_sequences"]
+    assert set(res.results["model"]) == {"kernel", "construction", "softmax"}
+    assert set(res.checks) == {"none_solved_below_bound", "sandwich_ordered",
+                               "softmax_solved_every_seed"}
+    assert res.checks["none_solved_below_bound"] and res.checks["sandwich_ordered"]
+    # the control fit one rank below the bound was trained and failed
+    k = res.results[res.results["model"] == "kernel"]
+    for m, bound in zip(s["n_bits"], s["certified_min_rank"]):
+        below = k[(k["n_bits"] == m) & (k["rank"] == bound - 1)]
+        assert len(below) == 2 and not below["solved"].any()
+    assert list(res.growth["quantity"])[-1] == "design bound (calculation)"
+
+
+def test_outputs_written(tiny_run):
+    out, res, _ = tiny_run
+    for name in ("results.csv", "summary.csv", "summary.md", "growth.csv", "design.csv",
+                 "rank_sandwich.png"):
+        assert (out / name).exists(), name
+    written = pd.read_csv(out / "summary.csv")
+    upper = res.summary["smallest_solving_rank"].tolist()
+    assert written["smallest_solving_rank"].tolist() == upper
+    text = (out / "summary.md").read_text()
+    assert "95% CI" in text or "fewer than 3" in text
+
+
+def test_saved_solvers_verify_in_float64(tiny_run):
+    out, res, _ = tiny_run
+    for _, row in res.summary.iterrows():
+        path = out / row["solver"]
+        assert path.name == f"m{row['n_bits']}-rank{row['smallest_solving_rank']}.joblib"
+        est = joblib.load(path)
+        assert est.rank == row["smallest_solving_rank"]
+        suite = make_witness_suite(**json.loads(row["suite_params"]))
+        p = est.predict(suite.X)
+        assert p.dtype == np.float64
+        assert np.abs(p - suite.y).max() < 0.5
+        assert verify_solver(est, suite.X, suite.y) == row["solver_max_error"]
+
+
+def test_rerun_refits_nothing(tiny_run):
+    _, first, second = tiny_run
+    assert first.n_computed > 0
+    assert second.n_computed == 0
+    assert second.n_resumed == first.n_computed + first.n_resumed
+    cols = ["certified_min_rank", "smallest_solving_rank", "failed_rank_below",
+            "construction_rank", "softmax_solved"]
+    pd.testing.assert_frame_equal(first.summary[cols], second.summary[cols])
+    assert len(second.results) == len(first.results)
+
+
+def _tables(upper=5, solved_below=False, softmax_ok=True):
+    summary = pd.DataFrame({"n_bits": [8, 12], "certified_min_rank": [2, 4],
+                            "smallest_solving_rank": [2, upper],
+                            "constructive_rank": [4, 8]})
+    results = pd.DataFrame({
+        "model": ["kernel", "kernel", "construction", "softmax", "softmax"],
+        "n_bits": [8, 12, 12, 8, 12],
+        "rank": [1, 3, 8, None, None],
+        "solved": [False, solved_below, True, True, softmax_ok],
+    })
+    return summary, results
+
+
+@pytest.mark.parametrize("kwargs, failing", [
+    ({}, None),
+    ({"solved_below": True}, "none_solved_below_bound"),
+    ({"upper": 9}, "sandwich_ordered"),
+    ({"upper": 3}, "sandwich_ordered"),
+    ({"upper": None}, "sandwich_ordered"),
+    ({"softmax_ok": False}, "softmax_solved_every_seed"),
+])
+def test_checks_logic(kwargs, failing):
+    summary, results = _tables(**kwargs)
+    checks = scaling_checks(summary, results)
+    assert {k for k, ok in checks.items() if not ok} == ({failing} if failing else set())
+
+
+def test_checks_a_construction_below_the_bound_is_a_bug():
+    summary, results = _tables(upper=5)
+    results.loc[len(results)] = ["construction", 12, 2, True]
+    assert not scaling_checks(summary, results)["none_solved_below_bound"]
+
+
+def test_factorized_head_exact_on_small_suite():
+    suite = make_witness_suite(12, max_sequences=20000)
+    est = factorized_kernel_head(suite.X, suite.y, suite.constructive_rank, random_state=0)
+    head = est.net_.module_
+    assert est.rank == suite.constructive_rank and head.nonnegative
+    # built without training, evaluated in float64
+    assert est.n_epochs_ == 0 and est.dtype == "float64"
+    assert all(p.dtype == torch.float64 for p in head.parameters())
+    # exact check by hand from the two tables: alpha = P Q^T on the tokens
+    P = np.exp(head.query_features.log_table.detach().numpy())
+    Q = np.exp(head.key_features.log_table.detach().numpy())
+    vocab = head.query_features.vocabulary.numpy()
+    idx = np.array([[np.flatnonzero((vocab == t).all(1))[0] for t in seq] for seq in suite.X])
+    A = (P @ Q.T)[idx[:, :, None], idx[:, None, :]]
+    G = suite.X.astype(float) @ suite.X.transpose(0, 2, 1).astype(float)
+    b = head.readout.bias.bias.item()
+    p = (A * G).sum(-1) / A.sum(-1) + b
+    np.testing.assert_allclose(p, est.predict(suite.X), atol=1e-9)
+    assert np.abs(p - minip_targets(suite.X)).max() < 0.5
+    assert est.solved_ and verify_solver(est, suite.X, suite.y) < 0.5
+
+
+def test_factorized_head_below_the_bound_never_solves():
+    suite = make_witness_suite(12, max_sequences=20000)
+    est = factorized_kernel_head(suite.X, suite.y, suite.certified_min_rank - 1,
+                                 random_state=0, steps=200)
+    assert not est.solved_ and verify_solver(est, suite.X, suite.y) >= 0.5
+
+
+def test_factorized_head_bad_input():
+    suite = make_witness_suite(12, max_sequences=20000)
+    with pytest.raises(ValueError, match="rank"):
+        factorized_kernel_head(suite.X, suite.y, 0)
+    with pytest.raises(ValueError, match="shape"):
+        factorized_kernel_head(suite.X[0], suite.y[0], 2)
+
+
+def test_growth_fit_against_hand_computation():
+    m = [8, 12, 16, 20]
+    r = [2, 4, 8, 12]
+    fit = growth_fit(m, r)
+    # by hand: x mean 14, Sxx = 36 + 4 + 4 + 36 = 80; z = log2 r
+    z = [1.0, 2.0, 3.0, math.log2(12)]
+    zbar = sum(z) / 4
+    slope = sum((x - 14) * (zi - zbar) for x, zi in zip(m, z)) / 80
+    resid = [zi - (zbar + slope * (x - 14)) for x, zi in zip(m, z)]
+    se = math.sqrt(sum(e * e for e in resid) / 2 / 80)
+    t975_2 = 4.302652729911275  # t quantile, 2 degrees of freedom
+    assert fit.n == 4
+    assert fit.slope == pytest.approx(slope, rel=1e-12)
+    assert fit.stderr == pytest.approx(se, rel=1e-12)
+    assert fit.ci_low == pytest.approx(slope - t975_2 * se, rel=1e-9)
+    assert fit.ci_high == pytest.approx(slope + t975_2 * se, rel=1e-9)
+
+
+def test_growth_fit_edge_cases():
+    fit = growth_fit([8, 16, 24], [2, None, 8])
+    assert fit.n == 2 and fit.slope == pytest.approx(0.125) and math.isnan(fit.ci_low)
+    assert math.isnan(growth_fit([8], [2]).slope)
+    with pytest.raises(ValueError, match="differ in length"):
+        growth_fit([8, 16], [2])
+    with pytest.raises(ValueError, match="positive"):
+        growth_fit([8, 16, 24], [0, 2, 4])
+
+
+def test_plot_rank_sandwich_labels_the_design_as_a_calculation():
+    import matplotlib.pyplot as plt
+
+    summary, _ = _tables(upper=5)
+    summary["softmax_score_dim"] = summary["n_bits"]
+    design = pd.DataFrame({"n_bits": [8, 64, 128], "certified_min_rank": [2, 2802, 1608712]})
+    ax = plot_rank_sandwich(summary, design=design)
+    labels = [line.get_label() for line in ax.get_lines()]
+    dashed = [line for line in ax.get_lines() if "calculation" in line.get_label()]
+    assert len(dashed) == 1 and dashed[0].get_linestyle() == "--"
+    assert max(dashed[0].get_xdata()) == 128
+    assert any("softmax" in lab for lab in labels)
+    assert ax.get_yscale() == "log"
+    plt.close(ax.figure)
+
+
+def test_unknown_setting():
+    with pytest.raises(TypeError, match="unexpected setting"):
+        scaling_experiment(sizez=(8,), progress=False)
+
+
+def test_two_feature_maps_in_memory():
+    res = scaling_experiment(sizes=(8,), feature_maps=("table", "exp"), seeds=(0,),
+                             softmax_seeds=(0,), kernel={"max_epochs": 300},
+                             softmax={"max_epochs": 300}, design_bits=(8,),
+                             progress=False, figures=False)
+    row = res.summary.iloc[0]
+    assert {"training_rank_table", "training_rank_exp"} <= set(res.summary.columns)
+    assert row["training_rank"] == min(r for r in (row["training_rank_table"],
+                                                   row["training_rank_exp"]) if r is not pd.NA)
+    assert set(res.results.loc[res.results["model"] == "kernel", "feature_map"]) == {"table", "exp"}
+    assert res.files == {} and row["solver"] is None
+
+
+def test_run_experiment_and_command_line(tmp_path, monkeypatch, capsys):
+    from minip_learn.cli import main
+    from minip_learn.experiments import EXPERIMENTS, SETTINGS
+    from minip_learn.experiments import scaling as scaling_module
+
+    assert "scaling" in EXPERIMENTS and SETTINGS["scaling"] is scaling_module.SETTINGS
+    tiny = dict(sizes=(8,), seeds=(0,), softmax_seeds=(0,), kernel={"max_epochs": 200},
+                softmax={"max_epochs": 200}, design_bits=(8, 16), progress=False,
+                figures=False)
+    res = run_experiment("scaling", **tiny)
+    assert res.checks == {"none_solved_below_bound": True, "sandwich_ordered": True,
+                          "softmax_solved_every_seed": True}
+    # the command line: the --quick grid made tiny; exit status from the checks
+    quick = {**scaling_module.SETTINGS["quick"],
+             **{k: v for k, v in tiny.items() if k not in ("progress", "figures")}}
+    monkeypatch.setitem(scaling_module.SETTINGS, "quick", quick)
+    argv = ["reproduce", "scaling", "--quick", "--out", str(tmp_path), "--n-jobs", "1",
+            "--no-progress"]
+    assert main(argv) == 0
+    for name in ("summary.csv", "summary.md", "growth.csv", "design.csv",
+                 "rank_sandwich.png"):
+        assert (tmp_path / "scaling" / name).exists(), name
+    assert "all expected behaviours observed" in capsys.readouterr().out
+    # a check that fails gives exit status 1
+    monkeypatch.setitem(quick, "softmax", {"max_epochs": 1, "n_init": 1})
+    assert main(argv[:4] + [str(tmp_path / "short")] + argv[5:]) == 1
+    # --ranks does not apply: a clear error before any fit
+    assert main(argv + ["--ranks", "4"]) == 2
+    assert "--ranks does not apply to scaling" in capsys.readouterr().err
