@@ -69,20 +69,34 @@ def check_token_leakage(X_train, X_test):
     return 0
 
 
-def _distinct_tokens(n_tokens, n_bits, density, rng, max_draws):
-    """``n_tokens`` distinct random 0/1 tokens (rejection of repeats)."""
-    tokens, seen, drawn = [], set(), 0
-    while len(tokens) < n_tokens and drawn < max_draws:
-        size = min(max(64, 2 * (n_tokens - len(tokens))), max_draws - drawn)
-        cand = (rng.random_sample((size, n_bits)) < density).astype(np.uint8)
+def _draw_distinct(n, max_draws, draw, *, min_batch, factor):
+    """Up to ``n`` candidates with distinct keys, in the order drawn.
+
+    ``draw(size)`` returns ``(candidates, keys)`` for ``size`` draws (it may drop some
+    candidates, e.g. those violating a gap); a batch is ``factor`` times the number
+    still missing, at least ``min_batch``; drawing stops after ``max_draws`` draws.
+    """
+    kept, seen, drawn = [], set(), 0
+    while len(kept) < n and drawn < max_draws:
+        size = min(max(min_batch, factor * (n - len(kept))), max_draws - drawn)
         drawn += size
-        for t in cand:
-            key = t.tobytes()
+        for cand, key in zip(*draw(size)):
             if key not in seen:
                 seen.add(key)
-                tokens.append(t)
-                if len(tokens) == n_tokens:
+                kept.append(cand)
+                if len(kept) == n:
                     break
+    return kept
+
+
+def _distinct_tokens(n_tokens, n_bits, density, rng, max_draws):
+    """``n_tokens`` distinct random 0/1 tokens (rejection of repeats)."""
+
+    def draw(size):
+        cand = (rng.random_sample((size, n_bits)) < density).astype(np.uint8)
+        return cand, [t.tobytes() for t in cand]
+
+    tokens = _draw_distinct(n_tokens, max_draws, draw, min_batch=64, factor=2)
     if len(tokens) < n_tokens:
         raise ValueError(
             f"could not draw n_tokens={n_tokens} distinct {n_bits}-bit tokens "
@@ -96,24 +110,18 @@ def _sequences_from_pool(pool, n_samples, seq_len, min_gap, rng, max_draws, name
     them equal up to the order of their tokens (the same multiset is one example)."""
     n_pool = len(pool)
     G = _overlaps(pool[None])[0]  # pool overlap matrix
-    rows, seen, drawn = [], set(), 0
-    while len(rows) < n_samples and drawn < max_draws:
-        size = min(max(256, 4 * (n_samples - len(rows))), max_draws - drawn)
-        drawn += size
-        # seq_len distinct pool indices per candidate
+
+    def draw(size):
+        # seq_len distinct pool indices per candidate, every gap >= min_gap
         idx = rng.randint(n_pool, size=(size, seq_len))
         srt = np.sort(idx, axis=1)
         idx = idx[(srt[:, 1:] != srt[:, :-1]).all(axis=1)]
         if min_gap > 0:
             sub = G[idx[:, :, None], idx[:, None, :]]
             idx = idx[(_gaps(sub) >= min_gap).all(axis=1)]
-        for seq, key_row in zip(idx, np.sort(idx, axis=1)):
-            key = key_row.tobytes()
-            if key not in seen:
-                seen.add(key)
-                rows.append(seq)
-                if len(rows) == n_samples:
-                    break
+        return idx, [row.tobytes() for row in np.sort(idx, axis=1)]
+
+    rows = _draw_distinct(n_samples, max_draws, draw, min_batch=256, factor=4)
     if len(rows) < n_samples:
         raise ValueError(
             f"only {len(rows)} of {n_samples} {name} sequences with min_gap={min_gap} "
