@@ -4,6 +4,8 @@
 from . import attention
 from .ensemble import HeadEnsemble
 from .feature_maps import (
+    UserFeatureMap,
+    check_feature_map_output,
     FeatureMap,
     available_feature_maps,
     get_feature_map,
@@ -23,6 +25,7 @@ from .splitting import (
 __all__ = [
     "AffineReadout",
     "FeatureMap",
+    "UserFeatureMap",
     "HeadEnsemble",
     "KernelAttentionHead",
     "KernelAttentionModel",
@@ -31,6 +34,7 @@ __all__ = [
     "ValueMap",
     "attention",
     "available_feature_maps",
+    "check_feature_map_output",
     "get_feature_map",
     "make_feature_map",
     "minip_partners",
