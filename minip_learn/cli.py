@@ -1,8 +1,9 @@
-"""Command line: ``minip-learn reproduce witness|length|ood|beyond|all [--quick] ...``.
+"""Command line: ``minip-learn reproduce witness|length|ood|beyond|maps|all [--quick] ...``.
 
 ``witness`` and ``length`` are the paper's experiments (``all`` runs those two);
-``ood`` (out-of-distribution scaling) and ``beyond`` (variants outside the theorem)
-go beyond the paper and regenerate the docs' results page.
+``ood`` (out-of-distribution scaling), ``beyond`` (variants outside the theorem) and
+``maps`` (a leaderboard of the registered feature maps) go beyond the paper and
+regenerate the docs' results page.
 
 Also available as ``python -m minip_learn``. Writes, per experiment, ``results.csv``
 (one row per fit), ``summary.csv``, ``summary.md`` and PNG figures into
@@ -104,9 +105,10 @@ def build_parser():
         description="Run a reproduction recipe (minip_learn.experiments) and write "
                     "results.csv, summary.csv, summary.md and PNG figures.",
     )
-    rep.add_argument("experiment", choices=["witness", "length", "ood", "beyond", "all"],
-                     help="witness, length: the paper's experiments; ood, beyond: beyond "
-                          "the paper (docs: results page); all: the paper's two "
+    rep.add_argument("experiment",
+                     choices=["witness", "length", "ood", "beyond", "maps", "all"],
+                     help="witness, length: the paper's experiments; ood, beyond, maps: "
+                          "beyond the paper (docs: results page); all: the paper's two "
                           "(witness, length)")
     rep.add_argument("--quick", action="store_true",
                      help="small grid: a few minutes on 2 cores (default: the full grid)")
@@ -140,6 +142,8 @@ def _run(args, name):
         kwargs["kernel"] = {"max_epochs": args.max_epochs}
         if name in ("witness", "ood"):
             kwargs["softmax"] = {"max_epochs": args.max_epochs}
+        if name == "maps":
+            kwargs["ood_kernel"] = {"max_epochs": args.max_epochs}
         if name == "beyond":
             kwargs["base"] = kwargs.pop("kernel")
     return run_experiment(name, **kwargs)

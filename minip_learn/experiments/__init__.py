@@ -1,6 +1,6 @@
 """Reproduction recipes: the phase transition on witness suites and beyond the paper.
 
-Four experiments, each a function returning a :class:`~sklearn.utils.Bunch` and writing
+Five experiments, each a function returning a :class:`~sklearn.utils.Bunch` and writing
 its tables and figures when given an output folder:
 
 * :func:`witness_experiment` -- kernel heads over feature ranks (and seeds) on an
@@ -13,33 +13,36 @@ its tables and figures when given an output folder:
 * :func:`ood_experiment` -- out-of-distribution scaling over disjoint token pools.
 * :func:`beyond_experiment` -- signed maps, several heads or layers and nonlinear
   readouts against the certified bound (see :ref:`theory-r7`).
+* :func:`maps_experiment` -- a leaderboard of every registered feature map: rank
+  needed on a witness suite, theorem flag, out-of-distribution exact-match.
 
 All numbers (ranks, seeds, epochs, feature map ...) live in :data:`SETTINGS`, one
 ``"quick"`` and one ``"full"`` entry per experiment; keyword arguments override them.
-Each recipe is a module of this package (``witness``, ``length``, ``ood``, ``beyond``)
+Each recipe is a module of this package (``witness``, ``length``, ``ood``, ``beyond``, ``maps``)
 with its own ``SETTINGS``; what they share is in one helpers module. The fits of a run
 go to ``out/runs`` (see the docs page "Results folders and failures").
 
 ``minip-learn reproduce ...`` (:mod:`minip_learn.cli`) calls these functions.
 """
 
-from . import beyond, length, ood, witness
+from . import beyond, length, maps, ood, witness
 from ._shared import markdown_table
 from .beyond import beyond_experiment
 from .length import length_experiment
+from .maps import maps_experiment
 from .ood import ood_experiment
 from .witness import witness_experiment
 
 __all__ = ["SETTINGS", "EXPERIMENTS", "beyond_experiment", "length_experiment",
-           "markdown_table", "ood_experiment", "run_experiment", "witness_experiment"]
+           "maps_experiment", "markdown_table", "ood_experiment", "run_experiment", "witness_experiment"]
 
 #: The recipes' grids and training settings: ``SETTINGS[experiment]["quick"|"full"]``
 #: (the ``SETTINGS`` of each recipe module).
 SETTINGS = {"witness": witness.SETTINGS, "length": length.SETTINGS, "ood": ood.SETTINGS,
-            "beyond": beyond.SETTINGS}
+            "beyond": beyond.SETTINGS, "maps": maps.SETTINGS}
 
 #: Names accepted by :func:`run_experiment` (and ``minip-learn reproduce``).
-EXPERIMENTS = ("witness", "length", "ood", "beyond")
+EXPERIMENTS = ("witness", "length", "ood", "beyond", "maps")
 
 
 def run_experiment(name, **kwargs):
@@ -47,10 +50,10 @@ def run_experiment(name, **kwargs):
 
     Parameters
     ----------
-    name : {"witness", "length", "ood", "beyond"}
+    name : {"witness", "length", "ood", "beyond", "maps"}
     **kwargs
         Keyword arguments of :func:`witness_experiment`, :func:`length_experiment`,
-        :func:`ood_experiment` or :func:`beyond_experiment`.
+        :func:`ood_experiment`, :func:`beyond_experiment` or :func:`maps_experiment`.
 
     Returns
     -------
@@ -65,7 +68,8 @@ def run_experiment(name, **kwargs):
     {'seq_len_1_solved_at_rank_1': True}
     """
     funcs = {"witness": witness_experiment, "length": length_experiment,
-             "ood": ood_experiment, "beyond": beyond_experiment}
+             "ood": ood_experiment, "beyond": beyond_experiment,
+             "maps": maps_experiment}
     if name not in funcs:
         raise ValueError(f"unknown experiment {name!r}; choose from {list(funcs)}.")
     return funcs[name](**kwargs)
