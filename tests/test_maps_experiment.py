@@ -4,7 +4,12 @@ import numpy as np
 import pytest
 
 from minip_learn.cli import build_parser
-from minip_learn.experiments import EXPERIMENTS, SETTINGS, maps_experiment, run_experiment
+from minip_learn.experiments import (
+    EXPERIMENTS,
+    SETTINGS,
+    maps_experiment,
+    run_experiment,
+)
 from minip_learn.experiments.maps import _map_ranks
 
 TINY = dict(ranks=(2, 16), kernel={"max_epochs": 5}, ood_kernel={"max_epochs": 5},

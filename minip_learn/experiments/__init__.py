@@ -33,8 +33,17 @@ from .maps import maps_experiment
 from .ood import ood_experiment
 from .witness import witness_experiment
 
-__all__ = ["SETTINGS", "EXPERIMENTS", "beyond_experiment", "length_experiment",
-           "maps_experiment", "markdown_table", "ood_experiment", "run_experiment", "witness_experiment"]
+__all__ = [
+    "EXPERIMENTS",
+    "SETTINGS",
+    "beyond_experiment",
+    "length_experiment",
+    "maps_experiment",
+    "markdown_table",
+    "ood_experiment",
+    "run_experiment",
+    "witness_experiment",
+]
 
 #: The recipes' grids and training settings: ``SETTINGS[experiment]["quick"|"full"]``
 #: (the ``SETTINGS`` of each recipe module).

@@ -1,18 +1,20 @@
 """Torch modules: feature maps (one registry), the attention arithmetic
 (:mod:`minip_learn.nn.attention`) and attention heads. No scikit-learn here."""
 
-from . import attention
+from . import (
+    attention,
+    literature_maps,  # noqa: F401  (registers hedgehog, dpfp, rebased, t2r)
+)
 from .ensemble import HeadEnsemble
 from .feature_maps import (
-    UserFeatureMap,
-    check_feature_map_output,
     FeatureMap,
+    UserFeatureMap,
     available_feature_maps,
+    check_feature_map_output,
     get_feature_map,
     make_feature_map,
     register_feature_map,
 )
-from . import literature_maps  # noqa: F401  (registers hedgehog, dpfp, rebased, t2r)
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
 from .models import KernelAttentionModel, MLPReadout
 from .splitting import (
@@ -25,12 +27,12 @@ from .splitting import (
 __all__ = [
     "AffineReadout",
     "FeatureMap",
-    "UserFeatureMap",
     "HeadEnsemble",
     "KernelAttentionHead",
     "KernelAttentionModel",
     "MLPReadout",
     "SoftmaxAttentionHead",
+    "UserFeatureMap",
     "ValueMap",
     "attention",
     "available_feature_maps",
