@@ -230,11 +230,11 @@ def check_feature_map_output(phi, x, name):
     >>> from minip_learn.nn import check_feature_map_output, make_feature_map
     >>> phi = make_feature_map(torch.nn.Linear, 6, 3)
     >>> check_feature_map_output(phi, torch.zeros(5, 6), torch.nn.Linear)
-    >>> check_feature_map_output(make_feature_map(torch.nn.Linear, 6, 2), torch.zeros(5, 6),
-    ...                          "my map")
-    ... # doctest: +IGNORE_EXCEPTION_DETAIL
+    >>> short = make_feature_map(lambda n_bits, rank: torch.nn.Linear(n_bits, rank - 1), 6, 3)
+    >>> check_feature_map_output(short, torch.zeros(5, 6), "my map")
     Traceback (most recent call last):
-    ValueError: feature_map='my map' must map ... got shape (5, 2)
+    ...
+    ValueError: feature_map='my map' must map tokens of shape (n_tokens, n_bits) to features of shape (n_tokens, rank) = (5, 3); got shape (5, 2).
     """
     label = feature_map_name(name)
     with torch.no_grad():
