@@ -199,3 +199,13 @@ def test_user_map_estimator_clones_pickles_and_grid_searches(data):
 def test_unregistered_feature_map_subclass_keeps_its_declarations(data):
     est = _fit(data, feature_map=OwnFeatureMap)
     assert est.net_.module_.nonnegative and est.theorem_applies_
+
+
+def test_user_map_members_train_one_rank_at_a_time_like_separate_fits(data):
+    est = KernelAttentionRegressor(feature_map=SquaredLinear, max_epochs=20)
+    res = est.fit_members(*data, [{"rank": 2, "random_state": 0},
+                                  {"rank": 4, "random_state": 0}])
+    alone = est.set_params(rank=4, random_state=0).fit(*data)
+    np.testing.assert_allclose(res.estimators[1].predict(data[0]), alone.predict(data[0]),
+                               rtol=1e-5, atol=1e-5)
+    assert res.estimators[1].kernel_min_ == pytest.approx(alone.kernel_min_, rel=1e-5)
