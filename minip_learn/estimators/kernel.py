@@ -326,8 +326,8 @@ class KernelAttentionRegressor(_AttentionRegressorMixin, _KernelAttention):
         head over the ordered pairs of distinct training tokens (``x = z`` included),
         in float64 (:meth:`KernelAttentionHead.kernel_min
         <minip_learn.nn.KernelAttentionHead.kernel_min>`): every pair when there are at
-        most ``10**6``, otherwise a sample of ``10**6`` pairs drawn with seed 0. With
-        several heads, the smallest over the first layer's heads. ``nan`` for an
+        most ``10**6``, otherwise the pairs of 1,000 queries and 1,000 keys drawn with
+        seed 0. With several heads, the smallest over the first layer's heads. ``nan`` for an
         estimator made by :meth:`from_module`.
     theorem_applies_ : bool
         Whether the certified lower bound (see :ref:`theory-r4` and :ref:`theory-r5`)

@@ -15,6 +15,7 @@ No scikit-learn in this layer.
 """
 
 import copy
+import math
 
 import numpy as np
 import torch
@@ -340,10 +341,11 @@ class KernelAttentionHead(_Head):
 
         Every ordered pair ``(x, z)`` of the distinct rows of ``tokens`` (``x = z``
         included) is evaluated when there are at most ``max_pairs`` of them; otherwise
-        ``max_pairs`` pairs drawn uniformly with replacement by
+        the pairs of ``isqrt(max_pairs)`` queries and as many keys, each drawn without
+        replacement from the distinct tokens by
         ``numpy.random.RandomState(random_state)``. Log-domain kernels are
-        ``exp(logsumexp(lq + lk))``, computed without the per-row shift of
-        :meth:`kernel`, so the value is the kernel itself and is never negative.
+        ``sum_k exp(lq_k + lk_k)``, without the per-row scale of :meth:`kernel`, so
+        the value is the kernel itself (never negative).
         The head is copied to float64; it is left as it is.
 
         Parameters
@@ -379,30 +381,32 @@ class KernelAttentionHead(_Head):
         n = len(tokens)
         if n == 0:
             return float("nan")
-        if n * n <= max_pairs:
-            qi, ki = (a.ravel() for a in np.indices((n, n)))
-        else:
+        queries = keys = np.arange(n)
+        if n * n > max_pairs:
+            side = max(1, math.isqrt(max_pairs))
             rng = np.random.RandomState(random_state)
-            qi, ki = rng.randint(n, size=max_pairs), rng.randint(n, size=max_pairs)
+            queries = rng.choice(n, side, replace=False)
+            keys = rng.choice(n, side, replace=False)
         param = next(self.parameters(), None)
         device = None if param is None else param.device
         head = copy.deepcopy(self).to(dtype=torch.float64)
         x = torch.as_tensor(tokens, dtype=torch.float64, device=device)
-        qi, ki = torch.as_tensor(qi, device=device), torch.as_tensor(ki, device=device)
-        mask = head.feature_mask
-        smallest = float("inf")
         with torch.no_grad():
-            fq, fk = head._map_outputs(x, x)
-            for start in range(0, len(qi), 2**16):
-                a = fq[qi[start:start + 2**16]]
-                b = fk[ki[start:start + 2**16]]
-                if head.log_domain:
-                    s = a + b if mask is None else a + b + torch.log(mask)
-                    alpha = torch.exp(torch.logsumexp(s, -1))
-                else:
-                    alpha = (a * b if mask is None else a * b * mask).sum(-1)
-                smallest = min(smallest, float(alpha.min()))
-        return smallest
+            fq, fk = head._map_outputs(x[torch.as_tensor(queries, device=device)],
+                                       x[torch.as_tensor(keys, device=device)])
+            if head.feature_mask is not None:
+                fq = fq + torch.log(head.feature_mask) if head.log_domain else (
+                    fq * head.feature_mask)
+            if head.log_domain:
+                # exp(lq + lk) summed over features, with a shift per token on each
+                # side (undone after the product): the kernel's true values
+                mq = fq.amax(-1, keepdim=True).clamp_min(-1e300)
+                mk = fk.amax(-1, keepdim=True).clamp_min(-1e300)
+                alpha = torch.exp(torch.log(torch.exp(fq - mq) @ torch.exp(fk - mk).T)
+                                  + mq + mk.T)
+            else:
+                alpha = fq @ fk.T
+        return float(alpha.min())
 
 
 class SoftmaxAttentionHead(_Head):
