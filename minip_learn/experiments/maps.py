@@ -191,7 +191,7 @@ def _maps_display(summary):
             "theorem applies": "yes" if r["theorem_applies"] else "no (R7)",
             "smallest solving rank": _fmt(r["smallest_solving_rank"]),
             "kernel min": _fmt(r["kernel_min"]),
-            f"OOD exact-match (rank)": f"{_fmt(r['ood_exact_match'])} ({r['ood_rank']})",
+            "OOD exact-match (rank)": f"{_fmt(r['ood_exact_match'])} ({r['ood_rank']})",
             "fit time (s)": _fmt(r["fit_time"]),
             "ranks tried": r["ranks"],
         })
