@@ -1,10 +1,17 @@
 """Kernel-attention estimators: the regressor, and the shared base of the classifier."""
 
 import numpy as np
+import torch
 from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_binary
-from ..nn import KernelAttentionHead, KernelAttentionModel, get_feature_map
+from ..nn import (
+    KernelAttentionHead,
+    KernelAttentionModel,
+    check_feature_map_output,
+    get_feature_map,
+)
+from ..nn.feature_maps import is_registered
 from ._base import _AttentionEstimator, _AttentionRegressorMixin
 
 __all__ = ["KernelAttentionRegressor"]
@@ -111,6 +118,8 @@ class _KernelAttention(_AttentionEstimator):
         params = {k: checked[k] for k in ("rank", "feature_map", "value_dim", "feature_width",
                                           "feature_depth", "shared_features")}
         params.update(n_bits=X.shape[2], feature_kwargs=feature_kwargs)
+        if not is_registered(checked["feature_map"]):
+            self._check_user_map(X, params, checked["dtype"])
         beyond = dict(n_heads=checked["n_heads"], n_layers=checked["n_layers"],
                       readout=checked["readout"], readout_width=checked["readout_width"],
                       n_outputs=self._n_outputs(fitted))
@@ -118,6 +127,44 @@ class _KernelAttention(_AttentionEstimator):
                 beyond["n_outputs"]) != (1, 1, "affine", None):
             params.update(beyond)  # a variant outside the theorem
         return params
+
+    @staticmethod
+    def _check_user_map(X, params, dtype):
+        """Build a user's map as the head would and check its output on the distinct
+        training tokens (a ValueError naming the map), leaving torch's RNG as it was."""
+        tokens = torch.as_tensor(np.unique(X.reshape(-1, X.shape[2]), axis=0),
+                                 dtype=dtype)
+        with torch.random.fork_rng(devices=[]):
+            try:
+                head = KernelAttentionHead(**params).to(tokens.dtype)
+            except ValueError:
+                raise
+            except Exception as exc:
+                raise ValueError(
+                    f"feature_map={params['feature_map']!r} could not be built as "
+                    f"feature_map(n_bits={params['n_bits']}, rank={params['rank']}, "
+                    f"**feature_kwargs): {type(exc).__name__}: {exc}"
+                ) from exc
+            for phi in {id(m): m for m in (head.query_features, head.key_features)}.values():
+                check_feature_map_output(phi, tokens, params["feature_map"])
+
+    def _set_fitted_state(self, member, X3, module_params, fitted):
+        super()._set_fitted_state(member, X3, module_params, fitted)
+        self.kernel_min_ = self._kernel_min(X3)
+        return self
+
+    def _set_fitted_module(self, module):
+        super()._set_fitted_module(module)
+        self.kernel_min_ = float("nan")  # no training tokens
+        return self
+
+    def _kernel_min(self, X3):
+        """Smallest kernel value over pairs of training tokens, over the heads that
+        read the tokens (the first layer); see ``kernel_min_``."""
+        module = self.net_.module_
+        heads = getattr(module, "layers", [[module]])[0]
+        seed = self.KERNEL_MIN_RANDOM_STATE
+        return min(head.kernel_min(X3, random_state=seed) for head in heads)
 
     def _module_class(self, module_params):
         # the single head of the theorem with the defaults, the general model otherwise
@@ -130,12 +177,21 @@ class _KernelAttention(_AttentionEstimator):
             return "with n_heads, n_layers, readout='mlp' or class logits"
         return None
 
+    #: Seed of the sample of token pairs behind ``kernel_min_`` (above
+    #: :attr:`KernelAttentionHead.KERNEL_MIN_MAX_PAIRS <minip_learn.nn.KernelAttentionHead.KERNEL_MIN_MAX_PAIRS>` pairs)
+    KERNEL_MIN_RANDOM_STATE = 0
+
     @property
     def theorem_applies_(self):
         """Whether the certified lower bound covers the fitted model (see the class
         docstring and :ref:`theory-r4`)."""
         check_is_fitted(self, "net_")
-        return bool(getattr(self.net_.module_, "theorem_applies", False))
+        head = getattr(self.net_.module_, "single_head", None)
+        if head is None:
+            return False
+        if head.nonnegative:  # declared: nonnegative for every pair of tokens
+            return True
+        return bool(getattr(self, "kernel_min_", float("nan")) >= 0)
 
     def _predict_bytes_per_sequence(self, seq_len, itemsize):
         # every head of every layer holds its own features and values; logits per class
@@ -174,11 +230,20 @@ class KernelAttentionRegressor(_AttentionRegressorMixin, _KernelAttention):
     ----------
     rank : int, default=16
         Number of features ``r``.
-    feature_map : str, default="elu+1"
+    feature_map : str, FeatureMap subclass or callable, default="elu+1"
         Name of the feature map; see :func:`minip_learn.nn.available_feature_maps`
         (``elu+1``, ``exp``, ``favor+``, ``relu``, ``softplus``, ``squared_relu``,
-        ``table``). ``table`` learns a free feature vector per distinct token of the
-        training set and rejects unseen tokens at predict.
+        ``table``, the literature's ``t2r``, ``hedgehog``, ``dpfp``, ``rebased`` ...).
+        ``table`` learns a free feature vector per distinct token of the training set
+        and rejects unseen tokens at predict. Also a
+        :class:`~minip_learn.nn.FeatureMap` subclass, or a user's map: any
+        :class:`torch.nn.Module` class or factory called as
+        ``feature_map(n_bits, rank, **feature_kwargs)`` that maps float tokens of shape
+        ``(..., n_bits)`` to features of shape ``(..., rank)`` (see
+        :class:`~minip_learn.nn.UserFeatureMap`). Fit checks a map that is not
+        registered once on the training tokens: a ValueError naming it when it returns
+        no tensor, the wrong shape or NaN. The estimator pickles and clones when the
+        class is importable.
     value_dim : int, default=None
         Dimension of the value map; ``None`` means ``n_bits``.
     feature_width : int, default=64
@@ -189,7 +254,7 @@ class KernelAttentionRegressor(_AttentionRegressorMixin, _KernelAttention):
         Use the same map for queries and keys.
     feature_kwargs : dict, default=None
         Extra options of the feature map (``floor`` for ``relu``, ``proj_dim`` for
-        ``favor+`` ...).
+        ``favor+`` ..., any keyword of a user's map).
     n_heads : int, default=1
         Kernel heads per layer, each of rank ``rank``. Values above 1 are **outside
         the theorem** (see :ref:`theory-r7` and
@@ -256,10 +321,21 @@ class KernelAttentionRegressor(_AttentionRegressorMixin, _KernelAttention):
         Bits per token, training sequence length, and ``n_bits_`` again.
     vocabulary_ : ndarray of shape (n_tokens, n_bits)
         Distinct training tokens (``feature_map="table"`` only).
+    kernel_min_ : float
+        Smallest kernel value ``alpha(x, z) = <phi_Q(x), phi_K(z)>`` of the fitted
+        head over the ordered pairs of distinct training tokens (``x = z`` included),
+        in float64 (:meth:`KernelAttentionHead.kernel_min
+        <minip_learn.nn.KernelAttentionHead.kernel_min>`): every pair when there are at
+        most ``10**6``, otherwise the pairs of 1,000 queries and 1,000 keys drawn with
+        seed 0. With several heads, the smallest over the first layer's heads. ``nan`` for an
+        estimator made by :meth:`from_module`.
     theorem_applies_ : bool
         Whether the certified lower bound (see :ref:`theory-r4` and :ref:`theory-r5`)
-        covers the fitted model: one head, one layer, affine readout and a nonnegative
-        kernel. Signed feature maps (``identity``, ``rff``), ``n_heads > 1``,
+        covers the fitted model: one head, one layer, affine readout, and a kernel
+        that is nonnegative -- declared so by the map (nonnegative features, or a
+        provably nonnegative kernel such as ``taylor``'s), or measured so on the
+        training tokens (``kernel_min_ >= 0``). Signed maps (``identity``, ``rff``, a
+        user's map) are flagged from what they compute. ``n_heads > 1``,
         ``n_layers > 1`` and ``readout="mlp"`` are variants outside the theorem (see
         :ref:`theory-r7`). With the defaults the module is a
         :class:`~minip_learn.nn.KernelAttentionHead`; otherwise a

@@ -13,6 +13,8 @@ its tables and figures when given an output folder:
 * :func:`ood_experiment` -- out-of-distribution scaling over disjoint token pools.
 * :func:`beyond_experiment` -- signed maps, several heads or layers and nonlinear
   readouts against the certified bound (see :ref:`theory-r7`).
+* :func:`maps_experiment` -- a leaderboard of every registered feature map: rank
+  needed on a witness suite, theorem flag, out-of-distribution exact-match.
 * :func:`scaling_experiment` -- the rank sandwich across the number of bits ``m``:
   certified bound, smallest verified solving rank (trained heads and nonnegative
   factorisations, :func:`factorized_kernel_head`) and constructive rank, beside dense
@@ -21,17 +23,18 @@ its tables and figures when given an output folder:
 All numbers (ranks, seeds, epochs, feature map ...) live in :data:`SETTINGS`, one
 ``"quick"`` and one ``"full"`` entry per experiment; keyword arguments override them.
 Each recipe is a module of this package (``witness``, ``length``, ``ood``, ``beyond``,
-``scaling``)
+``maps``, ``scaling``)
 with its own ``SETTINGS``; what they share is in one helpers module. The fits of a run
 go to ``out/runs`` (see the docs page "Results folders and failures").
 
 ``minip-learn reproduce ...`` (:mod:`minip_learn.cli`) calls these functions.
 """
 
-from . import beyond, length, ood, scaling, witness
+from . import beyond, length, maps, ood, scaling, witness
 from ._shared import markdown_table
 from .beyond import beyond_experiment
 from .length import length_experiment
+from .maps import maps_experiment
 from .ood import ood_experiment
 from .scaling import (
     factorized_kernel_head,
@@ -42,18 +45,30 @@ from .scaling import (
 )
 from .witness import witness_experiment
 
-__all__ = ["SETTINGS", "EXPERIMENTS", "beyond_experiment", "factorized_kernel_head",
-           "growth_fit", "length_experiment", "markdown_table", "ood_experiment",
-           "run_experiment", "scaling_checks", "scaling_experiment", "verify_solver",
-           "witness_experiment"]
+__all__ = [
+    "EXPERIMENTS",
+    "SETTINGS",
+    "beyond_experiment",
+    "factorized_kernel_head",
+    "growth_fit",
+    "length_experiment",
+    "maps_experiment",
+    "markdown_table",
+    "ood_experiment",
+    "run_experiment",
+    "scaling_checks",
+    "scaling_experiment",
+    "verify_solver",
+    "witness_experiment",
+]
 
 #: The recipes' grids and training settings: ``SETTINGS[experiment]["quick"|"full"]``
 #: (the ``SETTINGS`` of each recipe module).
 SETTINGS = {"witness": witness.SETTINGS, "length": length.SETTINGS, "ood": ood.SETTINGS,
-            "beyond": beyond.SETTINGS, "scaling": scaling.SETTINGS}
+            "beyond": beyond.SETTINGS, "maps": maps.SETTINGS, "scaling": scaling.SETTINGS}
 
 #: Names accepted by :func:`run_experiment` (and ``minip-learn reproduce``).
-EXPERIMENTS = ("witness", "length", "ood", "beyond", "scaling")
+EXPERIMENTS = ("witness", "length", "ood", "beyond", "maps", "scaling")
 
 
 def run_experiment(name, **kwargs):
@@ -61,10 +76,10 @@ def run_experiment(name, **kwargs):
 
     Parameters
     ----------
-    name : {"witness", "length", "ood", "beyond", "scaling"}
+    name : {"witness", "length", "ood", "beyond", "maps", "scaling"}
     **kwargs
         Keyword arguments of :func:`witness_experiment`, :func:`length_experiment`,
-        :func:`ood_experiment`, :func:`beyond_experiment` or
+        :func:`ood_experiment`, :func:`beyond_experiment`, :func:`maps_experiment` or
         :func:`scaling_experiment`.
 
     Returns
@@ -81,7 +96,7 @@ def run_experiment(name, **kwargs):
     """
     funcs = {"witness": witness_experiment, "length": length_experiment,
              "ood": ood_experiment, "beyond": beyond_experiment,
-             "scaling": scaling_experiment}
+             "maps": maps_experiment, "scaling": scaling_experiment}
     if name not in funcs:
         raise ValueError(f"unknown experiment {name!r}; choose from {list(funcs)}.")
     return funcs[name](**kwargs)

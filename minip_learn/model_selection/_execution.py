@@ -143,7 +143,9 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
     nonnegative = getattr(module, "nonnegative", None)
     # the bound (theory page, R4-R5) covers one head, one layer, an affine readout and a nonnegative
     # kernel; a module without the property is checked whenever it is not signed.
-    theorem_applies = getattr(module, "theorem_applies", None)
+    # the estimator's flag (from the kernel values on the training tokens) when it has
+    # one, else the module's declaration
+    theorem_applies = getattr(est, "theorem_applies_", getattr(module, "theorem_applies", None))
     covered = nonnegative is not False if theorem_applies is None else bool(theorem_applies)
     below = None
     if certified_min_rank is not None and rank is not None:

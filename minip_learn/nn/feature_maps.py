@@ -12,7 +12,14 @@ cancels in the normalisation (one per query token, one per key sequence), so the
 never overflow.
 
 The registry is the single place that maps names to classes: :func:`available_feature_maps`
-lists them and :func:`make_feature_map` builds one.
+lists them, :func:`get_feature_map` resolves a ``feature_map=`` value and
+:func:`make_feature_map` builds one. Besides a registered name, ``feature_map=`` takes a
+:class:`FeatureMap` subclass or a user's map: any :class:`torch.nn.Module` class (or
+factory) called as ``cls(n_bits, rank, **feature_kwargs)`` that maps float tokens of
+shape ``(..., n_bits)`` to features of shape ``(..., rank)``. Such a map declares
+nothing: it is wrapped in :class:`UserFeatureMap`, normalised with the guard of signed
+kernels, stacked one rank at a time, and the estimators decide whether the theorem
+covers it from the kernel values it computes on the training tokens (``kernel_min_``).
 """
 
 import math
@@ -22,7 +29,9 @@ from torch import nn
 
 __all__ = [
     "FeatureMap",
+    "UserFeatureMap",
     "available_feature_maps",
+    "check_feature_map_output",
     "get_feature_map",
     "make_feature_map",
     "register_feature_map",
@@ -92,27 +101,77 @@ def available_feature_maps(*, nonnegative=None):
 
 
 def get_feature_map(name):
-    """Return the feature-map class registered under ``name``.
+    """Return the feature-map class that ``feature_map=name`` builds.
+
+    Parameters
+    ----------
+    name : str, FeatureMap subclass or callable
+        A registered name, a :class:`FeatureMap` subclass (returned as is), or a user's
+        map: a :class:`torch.nn.Module` class or any factory called as
+        ``name(n_bits, rank, **feature_kwargs)``, for which :class:`UserFeatureMap`
+        (the wrapper :func:`make_feature_map` puts around it) is returned.
+
+    Returns
+    -------
+    cls : FeatureMap subclass
+        Its class attributes are the map's declarations (``nonnegative``,
+        ``kernel_nonnegative``, ``log_domain``, ``requires_vocabulary``, ``fused``,
+        ``rank_maskable``).
 
     Raises
     ------
     ValueError
-        If ``name`` is unknown; the message lists the valid names.
+        If ``name`` is an unknown name (the message lists the valid names) or neither a
+        name nor callable.
 
     Examples
     --------
+    >>> from torch import nn
     >>> from minip_learn.nn import get_feature_map
     >>> get_feature_map("elu+1").name
     'elu+1'
+    >>> get_feature_map(nn.Linear).__name__, get_feature_map(nn.Linear).nonnegative
+    ('UserFeatureMap', False)
     """
     if isinstance(name, type) and issubclass(name, FeatureMap):
         return name
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"Unknown feature_map {name!r}; valid names are {available_feature_maps()}."
-        ) from None
+    if isinstance(name, str):
+        try:
+            return _REGISTRY[name]
+        except KeyError:
+            pass
+    elif callable(name):
+        return UserFeatureMap
+    raise ValueError(
+        f"Unknown feature_map {name!r}; valid names are {available_feature_maps()}, or "
+        "pass a FeatureMap subclass or a torch.nn.Module class called as "
+        "cls(n_bits, rank, **feature_kwargs)."
+    )
+
+
+def feature_map_name(name):
+    """Readable name of a ``feature_map=`` value, for messages and tables.
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> from minip_learn.nn.feature_maps import feature_map_name
+    >>> feature_map_name("relu"), feature_map_name(nn.Linear)
+    ('relu', 'torch.nn.modules.linear.Linear')
+    """
+    if isinstance(name, str):
+        return name
+    module = getattr(name, "__module__", None)
+    qualname = getattr(name, "__qualname__", None) or repr(name)
+    return f"{module}.{qualname}" if module else qualname
+
+
+def is_registered(name):
+    """Whether ``name`` is a registered map (by name or class): maps the library checks
+    itself, whose outputs :func:`check_feature_map_output` need not check at fit."""
+    if isinstance(name, str):
+        return name in _REGISTRY
+    return any(name is cls for cls in _REGISTRY.values())
 
 
 def make_feature_map(name, n_bits, rank, **kwargs):
@@ -120,8 +179,9 @@ def make_feature_map(name, n_bits, rank, **kwargs):
 
     Parameters
     ----------
-    name : str
-        Registry name (see :func:`available_feature_maps`).
+    name : str, FeatureMap subclass or callable
+        As in :func:`get_feature_map`; a user's module class or factory is called as
+        ``name(n_bits, rank, **kwargs)`` and wrapped in :class:`UserFeatureMap`.
     n_bits, rank : int
         Input bits and number of features.
     **kwargs
@@ -139,8 +199,63 @@ def make_feature_map(name, n_bits, rank, **kwargs):
     >>> out = phi(torch.ones(3, 6))
     >>> bool((out > 0).all()), tuple(out.shape)
     (True, (3, 4))
+    >>> make_feature_map(torch.nn.Linear, 6, 4)(torch.ones(3, 6)).shape
+    torch.Size([3, 4])
     """
-    return get_feature_map(name)(n_bits, rank, **kwargs)
+    cls = get_feature_map(name)
+    if cls is UserFeatureMap and name is not UserFeatureMap:
+        return UserFeatureMap(n_bits, rank, factory=name, **kwargs)
+    return cls(n_bits, rank, **kwargs)
+
+
+def check_feature_map_output(phi, x, name):
+    """Check that the map ``phi`` sends the tokens ``x`` to a tensor of features of
+    shape ``(len(x), rank)`` without NaN: a clear ValueError naming the map otherwise.
+
+    Parameters
+    ----------
+    phi : FeatureMap
+    x : Tensor of shape (n_tokens, n_bits)
+    name : str, FeatureMap subclass or callable
+        The ``feature_map=`` value, named in the message.
+
+    Raises
+    ------
+    ValueError
+        If the output is not a tensor, has another shape, or contains NaN.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import check_feature_map_output, make_feature_map
+    >>> phi = make_feature_map(torch.nn.Linear, 6, 3)
+    >>> check_feature_map_output(phi, torch.zeros(5, 6), torch.nn.Linear)
+    >>> short = make_feature_map(lambda n_bits, rank: torch.nn.Linear(n_bits, rank - 1), 6, 3)
+    >>> check_feature_map_output(short, torch.zeros(5, 6), "my map")
+    Traceback (most recent call last):
+    ...
+    ValueError: feature_map='my map' must map tokens of shape (n_tokens, n_bits) to features of shape (n_tokens, rank) = (5, 3); got shape (5, 2).
+    """
+    label = feature_map_name(name)
+    with torch.no_grad():
+        out = phi.log_features(x) if phi.log_domain else phi(x)
+    expected = (x.shape[0], phi.rank)
+    if not isinstance(out, torch.Tensor):
+        raise ValueError(
+            f"feature_map={label!r} must return a torch.Tensor of features; got "
+            f"{type(out).__name__}."
+        )
+    if tuple(out.shape) != expected:
+        raise ValueError(
+            f"feature_map={label!r} must map tokens of shape (n_tokens, n_bits) to "
+            f"features of shape (n_tokens, rank) = {expected}; got shape "
+            f"{tuple(out.shape)}."
+        )
+    if torch.isnan(out).any():
+        raise ValueError(
+            f"feature_map={label!r} returns NaN features on "
+            f"{int(torch.isnan(out).any(-1).sum())} of the {len(x)} training tokens."
+        )
 
 
 def _encoder(n_in, n_out, width, depth):
@@ -199,6 +314,8 @@ class FeatureMap(nn.Module):
     #: stacked in one :class:`~minip_learn.nn.HeadEnsemble`. False for maps that mix
     #: the encoder outputs (a softmax or a normalisation over them)
     rank_maskable = True
+    #: the constructor takes the encoder options ``width`` and ``depth``
+    encoder_options = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -398,6 +515,64 @@ class TokenTable(FeatureMap):
 
     def extra_repr(self):
         return f"name='table', n_tokens={len(self.vocabulary)}, rank={self.rank}"
+
+
+class UserFeatureMap(FeatureMap):
+    """A user's map, ``factory(n_bits, rank, **kwargs)``, seen as a :class:`FeatureMap`.
+
+    :func:`make_feature_map` wraps any :class:`torch.nn.Module` class or factory that
+    is not a :class:`FeatureMap` in this class. It declares nothing it cannot know:
+    ``nonnegative`` and ``kernel_nonnegative`` are False (the head normalises with the
+    guard of signed kernels, and the estimators flag the theorem from the kernel values
+    the fitted map computes, ``kernel_min_``), no fused form, and
+    ``rank_maskable=False`` (heads of several ranks train one rank at a time). The
+    estimator stays picklable and clonable when ``factory`` is importable (a class or
+    function defined at module level).
+
+    Parameters
+    ----------
+    n_bits, rank : int
+        Passed to ``factory`` first.
+    factory : callable
+        A module class or a function returning a module.
+    **kwargs
+        Passed to ``factory`` (the estimator's ``feature_kwargs``).
+
+    Attributes
+    ----------
+    module : torch.nn.Module
+        The user's map.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import UserFeatureMap
+    >>> phi = UserFeatureMap(6, 4, factory=torch.nn.Linear, bias=False)
+    >>> phi(torch.ones(2, 6)).shape, phi.nonnegative, phi.name
+    (torch.Size([2, 4]), False, 'torch.nn.modules.linear.Linear')
+    """
+
+    nonnegative = False
+    kernel_nonnegative = False
+    rank_maskable = False
+    encoder_options = False
+
+    def __init__(self, n_bits, rank, *, factory, **kwargs):
+        nn.Module.__init__(self)
+        self.n_bits = n_bits
+        self.rank = rank
+        self.factory = factory
+        self.name = feature_map_name(factory)
+        module = factory(n_bits, rank, **kwargs)
+        if not isinstance(module, nn.Module):
+            raise ValueError(
+                f"feature_map={self.name!r} must build a torch.nn.Module when called as "
+                f"feature_map(n_bits, rank, **feature_kwargs); got {type(module).__name__}."
+            )
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)
 
 
 # ---------------------------------------------------------------------------------

@@ -14,11 +14,15 @@ Both heads share a value map ``v(x)`` and a query-dependent affine readout
 No scikit-learn in this layer.
 """
 
+import copy
+import math
+
+import numpy as np
 import torch
 from torch import nn
 
 from . import attention
-from .feature_maps import get_feature_map
+from .feature_maps import get_feature_map, make_feature_map
 
 __all__ = ["AffineReadout", "KernelAttentionHead", "SoftmaxAttentionHead", "ValueMap"]
 
@@ -113,9 +117,12 @@ class KernelAttentionHead(_Head):
         Bits per token ``m``.
     rank : int
         Number of features ``r``.
-    feature_map : str or FeatureMap subclass, default="elu+1"
+    feature_map : str, FeatureMap subclass or callable, default="elu+1"
         Name in the feature-map registry (see
-        :func:`~minip_learn.nn.available_feature_maps`).
+        :func:`~minip_learn.nn.available_feature_maps`), a :class:`FeatureMap`
+        subclass, or a user's :class:`torch.nn.Module` class or factory called as
+        ``feature_map(n_bits, rank, **feature_kwargs)`` (see
+        :func:`~minip_learn.nn.make_feature_map`).
     value_dim : int, default=None
         Dimension ``d`` of the value map; ``None`` means ``n_bits`` (the constructions
         need ``d >= m``).
@@ -170,15 +177,16 @@ class KernelAttentionHead(_Head):
         self.denominator_eps = float(denominator_eps)
         cls = get_feature_map(feature_map)
         kwargs = dict(feature_kwargs or {})
-        if not cls.requires_vocabulary:
+        if cls.encoder_options and not cls.requires_vocabulary:
             kwargs.setdefault("width", feature_width)
             kwargs.setdefault("depth", feature_depth)
         self.rank = rank
         # None leaves the head and its state_dict exactly as without a mask
         self.register_buffer("feature_mask", None)
-        self.query_features = cls(n_bits, rank, **kwargs)
+        self.query_features = make_feature_map(feature_map, n_bits, rank, **kwargs)
         self.key_features = (
-            self.query_features if shared_features else cls(n_bits, rank, **kwargs)
+            self.query_features if shared_features
+            else make_feature_map(feature_map, n_bits, rank, **kwargs)
         )
 
     @property
@@ -208,6 +216,12 @@ class KernelAttentionHead(_Head):
         (:ref:`theory-r7`).
         """
         return bool(self.nonnegative)
+
+    @property
+    def single_head(self):
+        """The head itself: one head with an affine readout, the model of the theorem
+        (as :attr:`KernelAttentionModel.single_head <minip_learn.nn.KernelAttentionModel.single_head>`)."""
+        return self
 
     @property
     def log_domain(self):
@@ -318,6 +332,81 @@ class KernelAttentionHead(_Head):
         fq, fk = self._map_outputs(queries, keys)
         return attention.explicit_kernel(
             fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
+
+    #: Most token pairs :meth:`kernel_min` evaluates; above it, a seeded sample.
+    KERNEL_MIN_MAX_PAIRS = 10**6
+
+    def kernel_min(self, tokens, *, max_pairs=None, random_state=0):
+        """Smallest kernel value ``alpha(x, z)`` over pairs of distinct tokens, in float64.
+
+        Every ordered pair ``(x, z)`` of the distinct rows of ``tokens`` (``x = z``
+        included) is evaluated when there are at most ``max_pairs`` of them; otherwise
+        the pairs of ``isqrt(max_pairs)`` queries and as many keys, each drawn without
+        replacement from the distinct tokens by
+        ``numpy.random.RandomState(random_state)``. Log-domain kernels are
+        ``sum_k exp(lq_k + lk_k)``, without the per-row scale of :meth:`kernel`, so
+        the value is the kernel itself (never negative).
+        The head is copied to float64; it is left as it is.
+
+        Parameters
+        ----------
+        tokens : array-like of shape (..., n_bits)
+            Tokens, e.g. every token of the training sequences.
+        max_pairs : int, default=None
+            Cap on the pairs; None means :attr:`KERNEL_MIN_MAX_PAIRS` (``10**6``).
+        random_state : int, default=0
+            Seed of the sample of pairs (used only above the cap).
+
+        Returns
+        -------
+        kernel_min : float
+            ``nan`` when ``tokens`` is empty.
+
+        Examples
+        --------
+        >>> import torch
+        >>> from minip_learn.nn import KernelAttentionHead
+        >>> head = KernelAttentionHead(3, 2, feature_map="identity")
+        >>> with torch.no_grad():
+        ...     _ = head.query_features.encoder.weight.copy_(torch.eye(2, 3))
+        ...     _ = head.key_features.encoder.weight.copy_(-torch.eye(2, 3))
+        ...     _ = head.query_features.encoder.bias.zero_()
+        ...     _ = head.key_features.encoder.bias.zero_()
+        >>> head.kernel_min([[1, 0, 0], [0, 1, 0], [1, 1, 0]])
+        -2.0
+        """
+        max_pairs = self.KERNEL_MIN_MAX_PAIRS if max_pairs is None else int(max_pairs)
+        tokens = np.unique(np.asarray(tokens, dtype=np.float64).reshape(-1, self.n_bits),
+                           axis=0)
+        n = len(tokens)
+        if n == 0:
+            return float("nan")
+        queries = keys = np.arange(n)
+        if n * n > max_pairs:
+            side = max(1, math.isqrt(max_pairs))
+            rng = np.random.RandomState(random_state)
+            queries = rng.choice(n, side, replace=False)
+            keys = rng.choice(n, side, replace=False)
+        param = next(self.parameters(), None)
+        device = None if param is None else param.device
+        head = copy.deepcopy(self).to(dtype=torch.float64)
+        x = torch.as_tensor(tokens, dtype=torch.float64, device=device)
+        with torch.no_grad():
+            fq, fk = head._map_outputs(x[torch.as_tensor(queries, device=device)],
+                                       x[torch.as_tensor(keys, device=device)])
+            if head.feature_mask is not None:
+                fq = fq + torch.log(head.feature_mask) if head.log_domain else (
+                    fq * head.feature_mask)
+            if head.log_domain:
+                # exp(lq + lk) summed over features, with a shift per token on each
+                # side (undone after the product): the kernel's true values
+                mq = fq.amax(-1, keepdim=True).clamp_min(-1e300)
+                mk = fk.amax(-1, keepdim=True).clamp_min(-1e300)
+                alpha = torch.exp(torch.log(torch.exp(fq - mq) @ torch.exp(fk - mk).T)
+                                  + mq + mk.T)
+            else:
+                alpha = fq @ fk.T
+        return float(alpha.min())
 
 
 class SoftmaxAttentionHead(_Head):

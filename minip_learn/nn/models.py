@@ -219,17 +219,20 @@ feature_kwargs, denominator_eps
         return all(head.nonnegative for head in self.heads)
 
     @property
+    def single_head(self):
+        """The head when the model is one head, one layer and an affine scalar readout
+        (the model of the theorem, whatever its kernel); None otherwise."""
+        if (self.n_heads, self.n_layers, self.readout_kind, self.n_outputs) == (
+                1, 1, "affine", None):
+            return self.heads[0]
+        return None
+
+    @property
     def theorem_applies(self):
         """Whether the lower bound (:ref:`theory-r4`, :ref:`theory-r5`) covers this model:
         one nonnegative head, one layer and an affine scalar readout. Everything else is
         a variant outside the theorem (:ref:`theory-r7`)."""
-        return bool(
-            self.n_heads == 1
-            and self.n_layers == 1
-            and self.readout_kind == "affine"
-            and self.n_outputs is None
-            and self.nonnegative
-        )
+        return bool(self.single_head is not None and self.nonnegative)
 
     def forward(self, x):
         t = x
