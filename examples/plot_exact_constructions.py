@@ -27,9 +27,9 @@ import os
 import matplotlib.pyplot as plt
 import numpy as np
 
+from minip_learn.constructions import exact_kernel_realization, rank_one_head, softmax_construction
 from minip_learn.datasets import make_minip, make_witness_suite
 from minip_learn.metrics import max_abs_error
-from minip_learn.constructions import exact_kernel_realization, rank_one_head, softmax_construction
 
 FAST = os.environ.get("MINIP_EXAMPLES_FAST") == "1"
 N_SAMPLES = 300 if FAST else 2000

@@ -12,6 +12,7 @@ from minip_learn.cli import main
 from minip_learn.datasets import make_witness_suite
 from minip_learn.theory import (
     Certificate,
+    _constraints,
     bound_table,
     certify,
     hadamard_code,
@@ -19,7 +20,6 @@ from minip_learn.theory import (
     verify_certificate,
     witness_family,
 )
-from minip_learn.theory import _constraints
 from minip_learn.theory.certify import _certify
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))

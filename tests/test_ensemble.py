@@ -44,7 +44,7 @@ def test_rank_mask_gives_exactly_a_rank_r_head(feature_map):
     small = _kernel_head(2, feature_map, x, seed=0)
     big = _kernel_head(5, feature_map, x, seed=1)
     with torch.no_grad():  # embed the rank-2 parameters into the rank-5 head
-        for (n, p), (_, q) in zip(small.named_parameters(), big.named_parameters()):
+        for (_, p), (_, q) in zip(small.named_parameters(), big.named_parameters()):
             q.zero_()
             q[tuple(slice(0, k) for k in p.shape)] = p
     # without the mask the zero-padded features are not zero (elu(0)+1 = 1, exp(0) = 1)

@@ -10,6 +10,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from minip_learn import KernelAttentionRegressor  # noqa: E402
+from minip_learn.constructions import exact_kernel_realization  # noqa: E402
 from minip_learn.datasets import make_witness_suite  # noqa: E402
 from minip_learn.plotting import (  # noqa: E402
     kernel_matrix,
@@ -17,7 +18,6 @@ from minip_learn.plotting import (  # noqa: E402
     plot_length_transition,
     plot_phase_transition,
 )
-from minip_learn.constructions import exact_kernel_realization  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

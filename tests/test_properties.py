@@ -22,7 +22,7 @@ from sklearn.model_selection import GridSearchCV
 from minip_learn import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from minip_learn.datasets import make_minip, minip_targets
 from minip_learn.model_selection import FullSetSplit, rank_sweep
-from minip_learn.nn import KernelAttentionHead, SoftmaxAttentionHead, available_feature_maps
+from minip_learn.nn import KernelAttentionHead, available_feature_maps
 
 FAST = dict(max_epochs=10, random_state=0)
 MAPS = [m for m in available_feature_maps(nonnegative=True) if m != "table"]

@@ -11,7 +11,6 @@ from minip_learn import KernelAttentionRegressor
 from minip_learn.datasets import make_witness_suite
 from minip_learn.model_selection import fit_ensemble
 from minip_learn.nn import (
-    HeadEnsemble,
     KernelAttentionHead,
     minip_partners,
     reset_optimizer_entries,

@@ -26,9 +26,9 @@ from minip_learn.model_selection import (
     cv_results_to_frame,
     load_sweep,
     rank_sweep,
+    resolve_devices,
     summarize_sweep,
 )
-from minip_learn.model_selection import resolve_devices
 from minip_learn.model_selection._execution import _assign_devices
 
 

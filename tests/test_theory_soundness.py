@@ -98,7 +98,7 @@ def verify_certificate(X, rank, cert):
 
 
 # --------------------------------------------------------------------------- adversarial families
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _base(which):
     if which == "h12-N3":
         return make_witness_suite(12, 3, construction="hadamard").X
@@ -199,7 +199,7 @@ def _solved(idx, A, OV, margin=1e-9):
     return (err < 0.5 - margin).all(-1)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pool(n_tokens, N):
     ids = []
     for x, y, z in itertools.product(range(n_tokens), repeat=3):

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from minip_learn.datasets import make_witness_suite, minip_targets
 from minip_learn.constructions import exact_kernel_realization
+from minip_learn.datasets import make_witness_suite, minip_targets
 from minip_learn.theory import certify
 
 

@@ -37,9 +37,9 @@ import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch, check_random_state
 
+from ..constructions import exact_kernel_realization
 from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
-from ..constructions import exact_kernel_realization
 from ..theory import bound_table, certify
 from ._shared import Recipe, _report, _settings_text
 

@@ -185,7 +185,7 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
         below_certified_bound=below,
         host=socket.gethostname(),
         pid=os.getpid(),
-        finished_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        finished_at=datetime.datetime.now(datetime.UTC).isoformat(),
     )
     return row, (est if return_estimator else None)
 

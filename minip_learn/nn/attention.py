@@ -153,9 +153,10 @@ def guard_denominator(den, *, nonnegative, eps=1e-3):
     Nonnegative kernels: ``den >= 0``, and ``den == 0`` only when a query sees no key
     at all (every ``alpha_ij = 0``, so the numerator is 0 too); such a denominator is
     replaced by 1, which gives ``u = 0`` and finite, zero gradients instead of NaN
-    (maps without a floor, e.g. ``t2r`` or ``dpfp``, have all-zero features). Signed kernels (:ref:`theory-r7`): the sign-preserving clamp
-    ``sign(den) max(|den|, eps)`` with ``sign(0) = +1``, which keeps the exact
-    normalisation whenever ``|den| >= eps`` and bounds the output otherwise.
+    (maps without a floor, e.g. ``t2r`` or ``dpfp``, have all-zero features). Signed
+    kernels (:ref:`theory-r7`): the sign-preserving clamp ``sign(den) max(|den|, eps)``
+    with ``sign(0) = +1``, which keeps the exact normalisation whenever ``|den| >= eps``
+    and bounds the output otherwise.
 
     Parameters
     ----------

@@ -234,8 +234,8 @@ def check_feature_map_output(phi, x, name):
     >>> check_feature_map_output(short, torch.zeros(5, 6), "my map")
     Traceback (most recent call last):
     ...
-    ValueError: feature_map='my map' must map tokens of shape (n_tokens, n_bits) to features of shape (n_tokens, rank) = (5, 3); got shape (5, 2).
-    """
+    ValueError: feature_map='my map' must map tokens of shape (n_tokens, n_bits) to ...
+    """  # noqa: E501
     label = feature_map_name(name)
     with torch.no_grad():
         out = phi.log_features(x) if phi.log_domain else phi(x)

@@ -425,8 +425,13 @@ def block_designs(n_bits, *, max_blocks=4):
     >>> designs = block_designs(16)
     >>> designs[:3]
     [((8, False),), ((8, False), (8, False)), ((8, True), (8, False))]
-    >>> [describe_blocks(b, 64) for b in block_designs(64, max_blocks=1)][:5]
-    ['H8 + 56 pad', 'H8 x H8 x H8 x H8 x H8 x H8 x H8 x H8', 'H8/2 x H8 x H8 x H8 x H8 x H8 x H8 x H8', 'H12 + 52 pad', 'H12 x H12 x H12 x H12 x H12 + 4 pad']
+    >>> for b in block_designs(64, max_blocks=1)[:5]:
+    ...     print(describe_blocks(b, 64))
+    H8 + 56 pad
+    H8 x H8 x H8 x H8 x H8 x H8 x H8 x H8
+    H8/2 x H8 x H8 x H8 x H8 x H8 x H8 x H8
+    H12 + 52 pad
+    H12 x H12 x H12 x H12 x H12 + 4 pad
     """
     n_bits = check_int(n_bits, "n_bits", min_value=1)
     max_blocks = check_int(max_blocks, "max_blocks", min_value=1)
@@ -479,7 +484,7 @@ def _best_design(n_bits, seq_len, max_blocks, exact_only):
         return None
     top = max(s[0] for s in scored)
     best = None
-    for log_est, neg_size, blocks, gap in scored:
+    for log_est, _neg_size, blocks, gap in scored:
         if log_est < top - 0.01:
             continue
         r = product_code_bound(blocks, seq_len, ladder_gap=gap, n_bits=n_bits)

@@ -12,12 +12,11 @@ of its own separate fit (up to floating-point rounding).
 
 import math
 import threading
-import time
 
 import numpy as np
 import torch
-from skorch.history import History
 from sklearn.utils import Bunch, check_random_state
+from skorch.history import History
 
 from ..nn import HeadEnsemble
 from ._callbacks import (
