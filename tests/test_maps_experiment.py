@@ -13,7 +13,7 @@ from minip_learn.experiments import (
 from minip_learn.experiments.maps import _map_ranks
 
 TINY = dict(ranks=(2, 16), kernel={"max_epochs": 5}, ood_kernel={"max_epochs": 5},
-            ood={"n_bits": 8, "n_tokens": 64, "n_train": 32, "n_test": 16,
+            ood={"n_bits": 8, "n_tokens": 128, "n_train": 32, "n_test": 16,
                  "random_state": 0},
             ood_rank=4, progress=False, n_jobs=1)
 
