@@ -132,7 +132,7 @@ def test_pair_path_equals_position_path(feature_map):
     heads = [_kernel_head(r, feature_map, x, seed=s) for r, s in [(2, 0), (5, 1)]]
     ens = HeadEnsemble(heads)
     plan = ens._pair_plan(x)
-    assert plan is not None and plan[3] == len(torch.unique(x.reshape(-1, 6), dim=0))
+    assert plan is not None and plan.n_tokens == len(torch.unique(x.reshape(-1, 6), dim=0))
     assert ens._pair_plan(_tokens()) is None  # tokens that hardly repeat: per position
     outs = [ens._pair_forward(x, plan), ens._position_forward(x), ens._vmap_forward(x)]
     w = torch.randn(outs[0].shape, dtype=x.dtype, generator=torch.Generator().manual_seed(0))

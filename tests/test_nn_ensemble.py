@@ -182,7 +182,7 @@ def test_pair_plan_is_cached_per_input():
     ens = HeadEnsemble(heads)
     x = _tokens(40, 3, n_distinct=5)
     plan = ens._pair_plan(x)
-    assert plan[3] == len(torch.unique(x.reshape(-1, 5), dim=0))
+    assert plan.n_tokens == len(torch.unique(x.reshape(-1, 5), dim=0))
     assert ens._pair_plan(x) is plan
     x[0, 0] = 1 - x[0, 0]  # an in-place change makes a new plan
     assert ens._pair_plan(x) is not plan
@@ -204,3 +204,26 @@ def test_fit_ensemble_stacks_unmaskable_maps_one_rank_at_a_time(name):
         single = KernelAttentionRegressor(feature_map=name, dtype="float64", max_epochs=20,
                                           split_every=None, rank=r, random_state=0).fit(X, y)
         np.testing.assert_allclose(member.predict(X), single.predict(X), rtol=1e-7, atol=1e-7)
+
+
+def test_pair_path_hands_kernels_below_the_float_range_to_the_position_path():
+    # tokens u, a, b; rank 3 (the explicit form); log-features lq = 0, lk(a) = 0,
+    # lk(u) = lk(b) = -200:
+    # shifted per query token (by a), alpha(u, b) = exp(-200) underflows in float32,
+    # while in the sequence (u, b, b) every key has the same weight
+    vocab = torch.tensor([[0.0, 0, 1], [0, 1, 0], [1, 0, 0]])  # u, a, b
+    seqs = torch.tensor([[0, 2, 2], [0, 1, 2], [1, 0, 2], [2, 1, 0]] * 3)
+    x = vocab[seqs]
+    head = KernelAttentionHead(3, 3, feature_map="table",
+                               feature_kwargs={"vocabulary": vocab.numpy()})
+    order = head.key_features.token_index(vocab[None])[0]  # table rows of u, a, b
+    with torch.no_grad():
+        head.query_features.log_table.zero_()
+        head.key_features.log_table[order] = torch.tensor([[-200.0], [0.0], [-200.0]])
+    ens = HeadEnsemble([head])
+    plan = ens._pair_plan(x)
+    assert plan is not None and ens._pair_forward(x, plan) is None
+    out = ens(x)
+    assert ens.path == "fused-positions" and "floating-point range" in ens.path_reason
+    torch.testing.assert_close(out[0], head(x))
+    assert torch.isfinite(out).all()

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_binary
+from .._validation import check_binary, distinct_tokens
 from ..nn import (
     KernelAttentionHead,
     KernelAttentionModel,
@@ -113,8 +113,8 @@ class _KernelAttention(_AttentionEstimator):
             )
         if cls.requires_vocabulary:
             check_binary(X, name="X")
-            feature_kwargs["vocabulary"] = np.unique(
-                X.reshape(-1, X.shape[2]), axis=0).astype(np.uint8)
+            feature_kwargs["vocabulary"] = distinct_tokens(
+                X.reshape(-1, X.shape[2])).astype(np.uint8)
         params = {k: checked[k] for k in ("rank", "feature_map", "value_dim", "feature_width",
                                           "feature_depth", "shared_features")}
         params.update(n_bits=X.shape[2], feature_kwargs=feature_kwargs)
@@ -132,8 +132,7 @@ class _KernelAttention(_AttentionEstimator):
     def _check_user_map(X, params, dtype):
         """Build a user's map as the head would and check its output on the distinct
         training tokens (a ValueError naming the map), leaving torch's RNG as it was."""
-        tokens = torch.as_tensor(np.unique(X.reshape(-1, X.shape[2]), axis=0),
-                                 dtype=dtype)
+        tokens = torch.as_tensor(distinct_tokens(X.reshape(-1, X.shape[2])), dtype=dtype)
         with torch.random.fork_rng(devices=[]):
             try:
                 head = KernelAttentionHead(**params).to(tokens.dtype)
@@ -208,7 +207,7 @@ class _KernelAttention(_AttentionEstimator):
         if vocab is None:
             return
         check_binary(X3, name="X")
-        tokens = np.unique(X3.reshape(-1, X3.shape[2]).astype(np.uint8), axis=0)
+        tokens = distinct_tokens(X3.reshape(-1, X3.shape[2]).astype(np.uint8))
         known = {t.tobytes() for t in vocab}
         unseen = [t for t in tokens if t.tobytes() not in known]
         if unseen:

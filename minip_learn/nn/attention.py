@@ -43,6 +43,7 @@ __all__ = [
     "kernel_readout",
     "kernel_values",
     "log_kernel",
+    "pair_readout",
     "pairwise_dots",
     "sketch",
 ]
@@ -178,7 +179,7 @@ def guard_denominator(den, *, nonnegative, eps=1e-3):
     tensor([-2.0000,  0.1000,  0.1000])
     """
     if nonnegative:
-        return torch.where(den > 0, den, torch.ones_like(den))
+        return torch.where(den > 0, den, 1.0)
     sign = torch.where(den < 0, -torch.ones_like(den), torch.ones_like(den))
     return sign * den.abs().clamp_min(eps)
 
@@ -327,6 +328,67 @@ def kernel_readout(alpha, g, b, *, nonnegative, eps=1e-3):
     a, g = _front(alpha), _front(g)  # (N_k, N_q, ...): sums over keys keep the layout
     den = guard_denominator(a.sum(0), nonnegative=nonnegative, eps=eps)
     return ((a * g).sum(0) / den).movedim(0, -1) + b
+
+
+class _RowSums(torch.autograd.Function):
+    """``rows @ z`` for a constant sparse matrix ``rows`` (CSR), differentiable in ``z``;
+    the backward multiplies by the precomputed transpose ``rows_t`` (CSR)."""
+
+    @staticmethod
+    def forward(ctx, z, rows, rows_t):
+        ctx.rows_t = rows_t
+        return rows @ z
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.rows_t @ grad, None, None
+
+
+def pair_readout(alpha, g, b, rows, rows_t, *, nonnegative, eps=1e-3):
+    """Affine readout of positions whose (query, key) token pairs are listed by a
+    sparse matrix, from the kernel and the readout-value products on the token pairs.
+
+    For every output position ``i`` (a query position of some sequence),
+    ``y_i = sum_p R_ip alpha_p g_p / guard(sum_p R_ip alpha_p) + b_i``, where ``R_ip``
+    counts the keys of ``i``'s sequence that form the token pair ``p`` with ``i``'s
+    token: :func:`kernel_readout` with the sums over keys written as one sparse matrix
+    product, so no ``(positions x keys)`` tensor is formed (sequences drawn from few
+    distinct tokens, e.g. a witness suite). ``alpha`` may carry any positive scale per
+    query token (the normalisation divides it out).
+
+    Parameters
+    ----------
+    alpha, g : Tensor of shape (..., P)
+        Kernel and readout-value products ``<w(x), v(z)>`` on ``P`` token pairs.
+    b : Tensor of shape (..., R)
+        Readout bias of every output position.
+    rows, rows_t : sparse CSR Tensor of shape (R, P) and (P, R)
+        The pair counts ``R`` and their transpose, in the dtype of ``alpha``.
+    nonnegative : bool
+    eps : float, default=1e-3
+        As in :func:`guard_denominator`.
+
+    Returns
+    -------
+    Tensor of shape (..., R)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import attention
+    >>> rows = torch.tensor([[1.0, 2.0], [0.0, 1.0]]).to_sparse_csr()
+    >>> alpha, g = torch.tensor([1.0, 3.0]), torch.tensor([2.0, 4.0])
+    >>> attention.pair_readout(alpha, g, torch.zeros(2), rows, rows.t().to_sparse_csr(),
+    ...                        nonnegative=True)  # (2 + 24) / 7, 12 / 3
+    tensor([3.7143, 4.0000])
+    """
+    lead = alpha.shape[:-1]
+    k = alpha[..., 0].numel()
+    z = torch.cat([(alpha * g).reshape(k, -1), alpha.reshape(k, -1)]).T
+    # (R, 2k) -> (2k, R): the elementwise work below runs over contiguous positions
+    nd = _RowSums.apply(z, rows, rows_t).T.contiguous()
+    den = guard_denominator(nd[k:], nonnegative=nonnegative, eps=eps)
+    return (nd[:k] / den).reshape(lead + (-1,)) + b
 
 
 def sketch(phi_k, v):

@@ -29,6 +29,8 @@ No scikit-learn in this layer.
 """
 
 import copy
+import warnings
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -60,6 +62,17 @@ def _fused_obstacle(template):
         if getattr(type(module), "fused", None) != form:
             return f"{role} {type(module).__name__} declares no fused form {form!r}"
     return None
+
+
+class _PairPlan(NamedTuple):
+    """The token pairs of an input with few distinct tokens (see ``_make_plan``)."""
+
+    tokens: torch.Tensor  # (U, n_bits): the distinct tokens
+    token_of: torch.Tensor  # (n N,): the token of every position, sequence-major
+    rows: torch.Tensor  # sparse CSR (n N, U U): token pairs of every position's keys
+    rows_t: torch.Tensor  # its transpose (CSR)
+    occurring: torch.Tensor  # the token pairs that occur
+    n_tokens: int
 
 
 def _unique_rows(t):
@@ -254,16 +267,18 @@ class HeadEnsemble(nn.Module):
     def _fast_forward(self, x):
         plan = self._pair_plan(x)  # None: the tokens repeat too little
         n_positions = x[..., 0].numel()
-        if plan is not None:
-            out = self._pair_forward(x, plan)
+        out = None if plan is None else self._pair_forward(x, plan)
+        if out is not None:
             self.path = "fused-pairs"
-            self.path_reason = (f"{plan[3]} distinct tokens at {n_positions} positions: "
+            self.path_reason = (f"{plan.n_tokens} distinct tokens at {n_positions} positions: "
                                 "maps on the distinct tokens, kernel on their pairs")
-        else:
-            out = self._position_forward(x)
-            self.path = "fused-positions"
-            self.path_reason = "every member's token maps at once, attention per position"
-        return out
+            return out
+        self.path = "fused-positions"
+        self.path_reason = (
+            "every member's token maps at once, attention per position" if plan is None else
+            "a kernel value of an occurring token pair is below the floating-point range "
+            "when shifted per token: attention per position, shifted per sequence")
+        return self._position_forward(x)
 
     def _cached(self, x, key, make):
         """``make()`` cached for the input ``x``: the same tensor object, not modified
@@ -280,7 +295,8 @@ class HeadEnsemble(nn.Module):
 
         None when the tokens repeat too little for :meth:`_pair_forward` to pay (it
         computes every map and the full ``U x U`` kernel on the ``U`` distinct tokens,
-        and gathers per sequence) or the sequences are long.
+        and sums over each position's keys through a sparse matrix of token-pair counts)
+        or the sequences are long.
         """
         return self._cached(x, "plan", lambda: self._make_plan(x))
 
@@ -294,9 +310,17 @@ class HeadEnsemble(nn.Module):
         U = int(uniq.shape[0])
         if 2 * U > n * N or U * U > n * N * N:
             return None
-        inv = inv.view(n, N).T  # (N, n): positions outer, as below
-        pidx = (inv[:, None, :] * U + inv[None, :, :]).reshape(-1)
-        return uniq.contiguous(), inv.reshape(-1), pidx, U
+        # output position (s, i) is row s N + i; its pairs (token of i, token of j)
+        tok = inv.view(n, N)
+        pairs = (tok[:, :, None] * U + tok[:, None, :]).reshape(-1)
+        row = torch.arange(n * N, device=x.device).repeat_interleave(N)
+        counts = torch.sparse_coo_tensor(
+            torch.stack([row, pairs]), torch.ones(len(pairs), dtype=x.dtype, device=x.device),
+            (n * N, U * U), check_invariants=False).coalesce()
+        with warnings.catch_warnings():  # torch marks its CSR layout as beta
+            warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
+            rows, rows_t = counts.to_sparse_csr(), counts.t().coalesce().to_sparse_csr()
+        return _PairPlan(uniq.contiguous(), inv, rows, rows_t, torch.unique(pairs), U)
 
     def _vmap_forward(self, x):
         """The generic path: the template's own forward on the stacked parameters."""
@@ -372,31 +396,32 @@ class HeadEnsemble(nn.Module):
 
     def _pair_forward(self, x, plan):
         # Few distinct tokens (e.g. a witness suite: 46 tokens at 12,558 positions):
-        # every map on the U distinct tokens only, then the kernel alpha(u, v) and the
-        # readout-value products <w(u), v(v)> for all U x U token pairs, gathered to
-        # the (query, key) positions of every sequence. Autograd's backward of the
-        # gathers (index_select) is a scatter-add into U x U.
-        uniq, inv, pidx, U = plan
+        # every map on the U distinct tokens only, the kernel and the readout-value
+        # products <w(u), v(z)> for all U x U token pairs, and the sums over each
+        # position's keys as one sparse product (attention.pair_readout). Log-domain
+        # features are shifted per feature over all U keys and per query token
+        # (attention.attention_features on the distinct tokens); when that shift leaves
+        # a kernel value of a pair that occurs below the floating-point range, the
+        # per-position path (shifted per sequence) computes it instead. Returns None
+        # then.
         t = self.template
-        n, N, _ = _sequences(x).shape
         E = self.n_members
-        fq, fk, v, w, b = (z.squeeze(1) for z in self._token_maps(x, uniq[None], "pairs"))
+        fq, fk, v, w, b = (z.squeeze(1).contiguous()  # (E, U, .): small, made contiguous
+                           for z in self._token_maps(x, plan.tokens[None], "pairs"))
         mask = self._mask()
-        mask = None if mask is None else mask[:, 0]  # (E, 1, r)
-
-        def gather(pairs):  # (E, U, U) -> (E, n, N_i, N_j)
-            return pairs.reshape(E, U * U).index_select(1, pidx).view(
-                E, N, N, n).permute(0, 3, 1, 2)
-
+        phi_q, phi_k = attention.attention_features(
+            fq, fk, log_domain=t.log_domain, mask=None if mask is None else mask[:, 0])
+        alpha = attention.pairwise_dots(phi_q, phi_k).reshape(E, -1)  # (E, U * U)
         if t.log_domain:
-            # shifted per query row of each sequence, after the gather
-            alpha = attention.kernel_from_log(gather(attention.log_kernel(fq, fk, mask)))
-        else:
-            alpha = gather(attention.explicit_kernel(fq, fk, log_domain=False, mask=mask))
-        g = gather(attention.pairwise_dots(w, v))
-        b = b.index_select(1, inv).view(E, N, n).transpose(1, 2)
-        out = attention.kernel_readout(alpha, g, b, nonnegative=t.nonnegative,
-                                       eps=t.denominator_eps)
+            tiny = torch.finfo(alpha.dtype).tiny / torch.finfo(alpha.dtype).eps
+            if bool(alpha.detach().index_select(1, plan.occurring).amin() < tiny):
+                return None
+        g = attention.pairwise_dots(w, v).reshape(E, -1)
+        rows, rows_t = plan.rows, plan.rows_t
+        if rows.dtype != alpha.dtype:
+            rows, rows_t = rows.to(alpha.dtype), rows_t.to(alpha.dtype)
+        out = attention.pair_readout(alpha, g, b.index_select(1, plan.token_of), rows, rows_t,
+                                     nonnegative=t.nonnegative, eps=t.denominator_eps)
         return out.reshape(out.shape[:1] + x.shape[:-1])
 
     def member_state_dict(self, i):

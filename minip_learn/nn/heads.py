@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._validation import distinct_tokens
 from . import attention
 from .feature_maps import get_feature_map, make_feature_map
 
@@ -376,8 +377,7 @@ class KernelAttentionHead(_Head):
         -2.0
         """
         max_pairs = self.KERNEL_MIN_MAX_PAIRS if max_pairs is None else int(max_pairs)
-        tokens = np.unique(np.asarray(tokens, dtype=np.float64).reshape(-1, self.n_bits),
-                           axis=0)
+        tokens = distinct_tokens(np.asarray(tokens, dtype=np.float64).reshape(-1, self.n_bits))
         n = len(tokens)
         if n == 0:
             return float("nan")
