@@ -96,6 +96,22 @@ def _gaps(G):
     return two[:, :, 1] - two[:, :, 0]
 
 
+def _check_min_gap(min_gap, seq_len, n_bits):
+    """The ``ValueError`` of a ``min_gap`` that no sequence of ``seq_len`` tokens of
+    ``n_bits`` bits can have (a positive gap needs two competing candidates)."""
+    if min_gap > 0 and seq_len < 3:
+        raise ValueError(
+            f"min_gap={min_gap} needs seq_len >= 3 (two competing candidates); got seq_len={seq_len}."
+        )
+    if min_gap > n_bits:
+        raise ValueError(f"min_gap={min_gap} cannot exceed n_bits={n_bits}.")
+
+
+def _seed_param(random_state):
+    """``random_state`` as recorded in a data set's ``params``: the int, else None."""
+    return random_state if isinstance(random_state, numbers.Integral) else None
+
+
 _DESCR = """\
 Random Min-IP sequences
 -----------------------
@@ -175,12 +191,7 @@ def make_minip(
     n_bits = check_int(n_bits, "n_bits", min_value=1)
     density = check_float(density, "density", min_value=0.0, max_value=1.0)
     min_gap = check_int(min_gap, "min_gap", min_value=0)
-    if min_gap > 0 and seq_len < 3:
-        raise ValueError(
-            f"min_gap={min_gap} needs seq_len >= 3 (two competing candidates); got seq_len={seq_len}."
-        )
-    if min_gap > n_bits:
-        raise ValueError(f"min_gap={min_gap} cannot exceed n_bits={n_bits}.")
+    _check_min_gap(min_gap, seq_len, n_bits)
     if distinct_tokens and seq_len > 2**n_bits:
         raise ValueError(f"distinct_tokens needs seq_len <= 2**n_bits; got seq_len={seq_len}.")
     if max_draws is None:
@@ -233,7 +244,7 @@ def make_minip(
     params = dict(
         n_samples=n_samples, seq_len=seq_len, n_bits=n_bits, density=density,
         min_gap=min_gap, distinct_tokens=bool(distinct_tokens), unique=bool(unique),
-        random_state=random_state if isinstance(random_state, numbers.Integral) else None,
+        random_state=_seed_param(random_state),
     )
     return Bunch(
         X=X,

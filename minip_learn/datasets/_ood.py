@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
 from .._validation import check_float, check_int, check_sequences
-from ._minip import _gaps, _overlaps
+from ._minip import _check_min_gap, _gaps, _overlaps, _seed_param
 
 __all__ = ["check_token_leakage", "make_ood_minip"]
 
@@ -229,12 +229,7 @@ def make_ood_minip(
     min_gap = check_int(min_gap, "min_gap", min_value=0)
     if n_bits < 63 and n_tokens > 2**n_bits:
         raise ValueError(f"n_tokens={n_tokens} exceeds the 2**n_bits={2**n_bits} possible tokens.")
-    if min_gap > 0 and seq_len < 3:
-        raise ValueError(
-            f"min_gap={min_gap} needs seq_len >= 3 (two competing candidates); got seq_len={seq_len}."
-        )
-    if min_gap > n_bits:
-        raise ValueError(f"min_gap={min_gap} cannot exceed n_bits={n_bits}.")
+    _check_min_gap(min_gap, seq_len, n_bits)
     if isinstance(test_tokens, numbers.Integral) and not isinstance(test_tokens, bool):
         n_test_tokens = int(test_tokens)
     elif isinstance(test_tokens, numbers.Real) and not isinstance(test_tokens, bool):
@@ -269,7 +264,7 @@ def make_ood_minip(
         n_train=n_train, n_test=n_test, n_bits=n_bits, n_tokens=n_tokens,
         n_train_tokens=n_train_tokens, n_test_tokens=n_test_tokens, seq_len=seq_len,
         density=density, min_gap=min_gap,
-        random_state=random_state if isinstance(random_state, numbers.Integral) else None,
+        random_state=_seed_param(random_state),
     )
     return Bunch(
         X_train=X_train, y_train=_overlaps(X_train).min(axis=2),

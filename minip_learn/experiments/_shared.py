@@ -46,27 +46,39 @@ def markdown_table(df, columns=None):
     return "\n".join(lines)
 
 
+def _display(summary, row):
+    """A recipe's displayed table: ``row(r)`` (column name -> shown value) for every
+    row ``r`` of ``summary``, in order."""
+    return pd.DataFrame([row(r) for _, r in summary.iterrows()])
+
+
+def _theorem_text(applies):
+    """The "theorem applies" cell of a displayed table."""
+    return "yes" if applies else "no (R7)"
+
+
 def _display_summary(summary):
     """The per-setting summary of :func:`~minip_learn.model_selection.summarize_sweep`
     as shown in ``summary.md``."""
-    rows = []
-    for _, r in summary.iterrows():
-        row = {}
-        if "seq_len" in r:
-            row["seq_len"] = _fmt(r["seq_len"])
-        row["model"] = r.get("model", r.get("estimator"))
-        fm = r.get("feature_map")
-        row["feature map"] = fm if isinstance(fm, str) else "-"
-        row["rank"] = _fmt(r["rank"]) if "rank" in r else "-"
-        row["solved"] = f"{int(r['n_solved'])}/{int(r['n_fits'])}"
-        row["solved fraction [95% CI]"] = (
-            f"{r['solved_fraction']:.2f} [{r['solved_ci_low']:.2f}, {r['solved_ci_high']:.2f}]")
-        row["exact-match"] = _fmt(r.get("exact_match_mean"))
-        row["max error (median)"] = _fmt(r.get("max_abs_error_median"))
-        row["epochs"] = _fmt(r.get("n_epochs_mean"), 4)
-        row["fit time (s)"] = _fmt(r.get("fit_time_mean"))
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return _display(summary, _summary_row)
+
+
+def _summary_row(r):
+    row = {}
+    if "seq_len" in r:
+        row["seq_len"] = _fmt(r["seq_len"])
+    row["model"] = r.get("model", r.get("estimator"))
+    fm = r.get("feature_map")
+    row["feature map"] = fm if isinstance(fm, str) else "-"
+    row["rank"] = _fmt(r["rank"]) if "rank" in r else "-"
+    row["solved"] = f"{int(r['n_solved'])}/{int(r['n_fits'])}"
+    row["solved fraction [95% CI]"] = (
+        f"{r['solved_fraction']:.2f} [{r['solved_ci_low']:.2f}, {r['solved_ci_high']:.2f}]")
+    row["exact-match"] = _fmt(r.get("exact_match_mean"))
+    row["max error (median)"] = _fmt(r.get("max_abs_error_median"))
+    row["epochs"] = _fmt(r.get("n_epochs_mean"), 4)
+    row["fit time (s)"] = _fmt(r.get("fit_time_mean"))
+    return row
 
 
 def _report(title, text, table, checks, labels=None, note=None):

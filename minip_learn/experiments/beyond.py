@@ -11,7 +11,7 @@ from sklearn.utils import Bunch
 
 from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionClassifier, KernelAttentionRegressor
-from ._shared import Recipe, _fmt, _report, _settings_text
+from ._shared import Recipe, _display, _fmt, _report, _settings_text, _theorem_text
 
 __all__ = ["SETTINGS", "beyond_experiment"]
 
@@ -189,23 +189,20 @@ def beyond_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     return recipe.finish(Bunch(results=results, summary=summary, solved_below_bound=below,
                                markdown=markdown, checks=checks, certified_min_rank=bound,
                                figures=figs),
-                         table=_beyond_display(summary))
+                         table=_display(summary, _beyond_row))
 
-def _beyond_display(summary):
-    rows = []
-    for _, r in summary.iterrows():
-        rows.append({
-            "variant": r["variant"],
-            "theorem applies": "yes" if r["theorem_applies"] else "no (R7)",
-            "rank": _fmt(r["rank"]),
-            "solved": f"{int(r['n_solved'])}/{int(r['n_fits'])}",
-            "exact-match": _fmt(r["exact_match"]),
-            "max error (median)": _fmt(r["max_error_median"]),
-            "capacity / transcript bits (R8)":
-                f"{_fmt(r['capacity_bits'])} / {_fmt(r['transcript_bits'])}",
-            "epochs": _fmt(r["epochs"], 4),
-        })
-    return pd.DataFrame(rows)
+def _beyond_row(r):
+    return {
+        "variant": r["variant"],
+        "theorem applies": _theorem_text(r["theorem_applies"]),
+        "rank": _fmt(r["rank"]),
+        "solved": f"{int(r['n_solved'])}/{int(r['n_fits'])}",
+        "exact-match": _fmt(r["exact_match"]),
+        "max error (median)": _fmt(r["max_error_median"]),
+        "capacity / transcript bits (R8)":
+            f"{_fmt(r['capacity_bits'])} / {_fmt(r['transcript_bits'])}",
+        "epochs": _fmt(r["epochs"], 4),
+    }
 
 
 def _beyond_markdown(suite, cfg, summary, below, checks):
@@ -220,7 +217,7 @@ def _beyond_markdown(suite, cfg, summary, below, checks):
         "theorem: solving below the bound is allowed for them and is reported as a "
         "finding. The R8 column compares the model's channel capacity (heads x layers "
         "x rank x significand bits) with the transcript bound of one sequence.",
-        _beyond_display(summary), checks,
+        _display(summary, _beyond_row), checks,
         note="Solved below the certified bound: " + ", ".join(
             f"{name}: {'rank ' + str(r) if r is not None else 'no'}"
             for name, r in below.items()) + ".",

@@ -16,7 +16,7 @@ from ..datasets import make_ood_minip, make_witness_suite
 from ..estimators import KernelAttentionRegressor
 from ..metrics import sequence_exact_match
 from ..nn import available_feature_maps, get_feature_map
-from ._shared import Recipe, _fmt, _report, _settings_text
+from ._shared import Recipe, _display, _fmt, _report, _settings_text, _theorem_text
 
 __all__ = ["SETTINGS", "maps_experiment"]
 
@@ -180,22 +180,19 @@ def maps_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress
     figs = {"leaderboard": _leaderboard_figure(summary, bound, suite)} if figures else {}
     return recipe.finish(Bunch(results=results, summary=summary, markdown=markdown,
                                checks=checks, certified_min_rank=bound, figures=figs),
-                         table=_maps_display(summary))
+                         table=_display(summary, _maps_row))
 
 
-def _maps_display(summary):
-    rows = []
-    for _, r in summary.iterrows():
-        rows.append({
-            "feature map": r["feature_map"],
-            "theorem applies": "yes" if r["theorem_applies"] else "no (R7)",
-            "smallest solving rank": _fmt(r["smallest_solving_rank"]),
-            "kernel min": _fmt(r["kernel_min"]),
-            "OOD exact-match (rank)": f"{_fmt(r['ood_exact_match'])} ({r['ood_rank']})",
-            "fit time (s)": _fmt(r["fit_time"]),
-            "ranks tried": r["ranks"],
-        })
-    return pd.DataFrame(rows)
+def _maps_row(r):
+    return {
+        "feature map": r["feature_map"],
+        "theorem applies": _theorem_text(r["theorem_applies"]),
+        "smallest solving rank": _fmt(r["smallest_solving_rank"]),
+        "kernel min": _fmt(r["kernel_min"]),
+        "OOD exact-match (rank)": f"{_fmt(r['ood_exact_match'])} ({r['ood_rank']})",
+        "fit time (s)": _fmt(r["fit_time"]),
+        "ranks tried": r["ranks"],
+    }
 
 
 def _maps_markdown(suite, cfg, summary, checks):
@@ -211,7 +208,7 @@ def _maps_markdown(suite, cfg, summary, checks):
         "solves every sequence ('-': none). *Kernel min*: the smallest kernel value of "
         "the fitted heads over pairs of training tokens; the theorem covers a map whose "
         "kernel is declared or measured nonnegative.",
-        _maps_display(summary), checks,
+        _display(summary, _maps_row), checks,
         labels={"no_covered_map_solved_below_bound":
                 f"no fit covered by the theorem solved below rank {bound}"})
 

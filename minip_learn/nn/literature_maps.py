@@ -81,10 +81,6 @@ class T2R(FeatureMap):
     ((3, 4), True, 'linear')
     """
 
-    nonnegative = True
-    kernel_nonnegative = True
-    log_domain = False
-    requires_vocabulary = False
     fused = "linear"
 
     def activation(self, z):
@@ -121,11 +117,7 @@ class Hedgehog(FeatureMap):
     ((3, 8), True, True)
     """
 
-    nonnegative = True
-    kernel_nonnegative = True
     log_domain = True
-    requires_vocabulary = False
-    fused = None
     rank_maskable = False
 
     def __init__(self, n_bits, rank, **kwargs):
@@ -181,12 +173,6 @@ class DPFP(FeatureMap):
     >>> tuple(out.shape), phi.proj_dim, bool((out >= 0).all())
     ((3, 12), 3, True)
     """
-
-    nonnegative = True
-    kernel_nonnegative = True
-    log_domain = False
-    requires_vocabulary = False
-    fused = None
 
     def __init__(self, n_bits, rank, *, nu=1, **kwargs):
         params = self.check_params(n_bits, rank, nu=nu)
@@ -263,10 +249,8 @@ class ReBased(FeatureMap):
     """
 
     nonnegative = False
+    #: the kernel ``(h . h')^2 / p`` is >= 0 although the features are signed
     kernel_nonnegative = True
-    log_domain = False
-    requires_vocabulary = False
-    fused = None
     rank_maskable = False
 
     def __init__(self, n_bits, rank, *, eps=1e-5, **kwargs):

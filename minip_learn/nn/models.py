@@ -130,10 +130,12 @@ class KernelAttentionModel(nn.Module):
     n_outputs : int or None, default=None
         ``None``: one real output per position; an int: that many logits per position
         (for an argmax classifier -- outside the theorem).
-    feature_map, value_dim, feature_width, feature_depth, shared_features, \
-feature_kwargs, denominator_eps
-        As in :class:`KernelAttentionHead`, for every head. ``feature_map="table"``
-        needs ``n_layers=1`` (a table is defined on the token bits only).
+    **head_options
+        Options of every head, passed to :class:`KernelAttentionHead` (whose defaults
+        apply): ``feature_map``, ``value_dim``, ``feature_width``, ``feature_depth``,
+        ``shared_features``, ``feature_kwargs``, ``denominator_eps``.
+        ``feature_map="table"`` needs ``n_layers=1`` (a table is defined on the token
+        bits only).
 
     Examples
     --------
@@ -156,13 +158,7 @@ feature_kwargs, denominator_eps
         readout="affine",
         readout_width=64,
         n_outputs=None,
-        feature_map="elu+1",
-        value_dim=None,
-        feature_width=64,
-        feature_depth=0,
-        shared_features=False,
-        feature_kwargs=None,
-        denominator_eps=1e-3,
+        **head_options,
     ):
         super().__init__()
         if readout not in _READOUTS:
@@ -170,7 +166,9 @@ feature_kwargs, denominator_eps
         for name, value in (("n_heads", n_heads), ("n_layers", n_layers), ("rank", rank)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1; got {value!r}.")
-        if n_layers > 1 and get_feature_map(feature_map).requires_vocabulary:
+        feature_map = head_options.get("feature_map")  # None: the head's default map
+        if (n_layers > 1 and feature_map is not None
+                and get_feature_map(feature_map).requires_vocabulary):
             raise ValueError(
                 f"feature_map={feature_map!r} is defined on the token bits only and needs "
                 f"n_layers=1; got n_layers={n_layers}."
@@ -181,24 +179,15 @@ feature_kwargs, denominator_eps
         self.n_layers = n_layers
         self.readout_kind = readout
         self.n_outputs = n_outputs
-        self.value_dim = n_bits if value_dim is None else value_dim
-        head_kwargs = dict(
-            feature_map=feature_map,
-            value_dim=self.value_dim,
-            feature_width=feature_width,
-            feature_depth=feature_depth,
-            shared_features=shared_features,
-            feature_kwargs=feature_kwargs,
-            denominator_eps=denominator_eps,
-        )
         self.layers = nn.ModuleList()
         for _ in range(n_layers):
             heads = nn.ModuleList()
             for _ in range(n_heads):
-                head = KernelAttentionHead(n_bits, rank, **head_kwargs)
+                head = KernelAttentionHead(n_bits, rank, **head_options)
                 head.readout = None  # the model has one readout, after the last layer
                 heads.append(head)
             self.layers.append(heads)
+        self.value_dim = self.layers[0][0].value_dim
         u_dim = n_heads * self.value_dim
         self.mixers = nn.ModuleList(nn.Linear(u_dim, n_bits) for _ in range(n_layers - 1))
         if readout == "mlp":
