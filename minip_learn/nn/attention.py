@@ -386,9 +386,9 @@ def pair_readout(alpha, g, b, rows, rows_t, *, nonnegative, eps=1e-3):
     k = alpha[..., 0].numel()
     z = torch.cat([(alpha * g).reshape(k, -1), alpha.reshape(k, -1)]).T
     # (R, 2k) -> (2k, R): the elementwise work below runs over contiguous positions
-    nd = _RowSums.apply(z, rows, rows_t).T.contiguous()
-    den = guard_denominator(nd[k:], nonnegative=nonnegative, eps=eps)
-    return (nd[:k] / den).reshape(lead + (-1,)) + b
+    num, den = _RowSums.apply(z, rows, rows_t).T.contiguous().split(k)
+    den = guard_denominator(den, nonnegative=nonnegative, eps=eps)
+    return (num / den).reshape(lead + (-1,)) + b
 
 
 def sketch(phi_k, v):

@@ -333,8 +333,8 @@ class HeadEnsemble(nn.Module):
             return functional_call(template, (p, b, shared), (xx,))
 
         if self.n_members == 1:  # no vmap: exactly the cost of the plain head
-            first = {n: v[0] for n, v in params.items()}
-            return one(first, {n: v[0] for n, v in stacked.items()}, x).unsqueeze(0)
+            first = {n: v.squeeze(0) for n, v in params.items()}
+            return one(first, {n: v.squeeze(0) for n, v in stacked.items()}, x).unsqueeze(0)
         return vmap(one, in_dims=(0, 0, None))(params, stacked, x)
 
     # -- the fused path ------------------------------------------------------------------
