@@ -118,11 +118,16 @@ class TrainLoss(Callback):
         return self
 
     def on_epoch_end(self, net, **kwargs):
-        batches = net.history[-1]["batches"]
+        # the epoch's row read as the list item it is: skorch's History indexing
+        # copies the whole history on every call
+        batches = list.__getitem__(net.history, -1)["batches"]
         if not batches or "train_loss" not in batches[0]:
             return
-        loss = np.average([b["train_loss"] for b in batches],
-                          weights=[b["train_batch_size"] for b in batches])
+        if len(batches) == 1:
+            loss = float(batches[0]["train_loss"])
+        else:
+            loss = float(np.average([b["train_loss"] for b in batches],
+                                    weights=[b["train_batch_size"] for b in batches]))
         is_best = loss < self.best_score_
         if is_best:
             self.best_score_ = loss
