@@ -164,7 +164,7 @@ class MemberLoss(torch.nn.Module):
 
     def forward(self, y_pred, y):
         if len(y_pred) == 1:
-            total = self.loss(y_pred[0], y)
+            total = self.loss(y_pred.squeeze(0), y)
             self.member_losses_ = total.detach().reshape(1)
             return total
         losses = torch.func.vmap(self.loss, in_dims=(0, None))(y_pred, y)
