@@ -278,24 +278,26 @@ def witness_family(words, seq_len, *, ladder_gap=None, steps=None):
         for t in range(1, L + 1):
             ladder[:, t][(rank_of_one >= 1) & (rank_of_one <= t * ladder_gap)] = 1
 
-    def seq(x, a, b):
-        out = np.empty((len(x), N, m), dtype=np.uint8)
-        out[:, 0], out[:, 1], out[:, 2:] = x, a, b[:, None, :]
-        return out
-
     ii, jj = np.nonzero(~np.eye(n, dtype=bool))
     per_query = 1 + 2 * (n - 1) + 2 * s_i
     start = np.cumsum(per_query) - per_query
     X = np.empty((int(per_query.sum()), N, m), dtype=np.uint8)
-    X[start] = seq(W, keys, keys)
-    pos = start[ii] + 1 + 2 * (jj - (jj > ii))
-    X[pos] = seq(W[ii], keys[jj], keys[jj])
-    X[pos + 1] = seq(W[ii], ladder[ii, steps[ii, jj]], keys[jj])
+
+    def put(pos, x, a, b):
+        X[pos, 0], X[pos, 1], X[pos, 2:] = x, a, b[:, None, :]
+
+    put(start, W, keys, keys)
+    block = 1 << 16                         # rows written at a time: small temporaries
+    for lo in range(0, len(ii), block):
+        i, j = ii[lo:lo + block], jj[lo:lo + block]
+        pos = start[i] + 1 + 2 * (j - (j > i))
+        put(pos, W[i], keys[j], keys[j])
+        put(pos + 1, W[i], ladder[i, steps[i, j]], keys[j])
     qi = np.repeat(np.arange(n), s_i)
     t = np.arange(len(qi)) - np.repeat(np.cumsum(s_i) - s_i, s_i) + 1
     pos = start[qi] + 2 * (n - 1) + 1 + 2 * (t - 1)
-    X[pos] = seq(W[qi], ladder[qi, t], ladder[qi, t])
-    X[pos + 1] = seq(W[qi], ladder[qi, t - 1], ladder[qi, t])
+    put(pos, W[qi], ladder[qi, t], ladder[qi, t])
+    put(pos + 1, W[qi], ladder[qi, t - 1], ladder[qi, t])
     return X
 
 
