@@ -217,12 +217,16 @@ def _check(c, X):
             if int(D_claim[i][j]) != true_gap:
                 _fail(f"pair ({i}, {j}): claimed overlap distance {int(D_claim[i][j])}, "
                       f"true distance {true_gap}")
-    counts = Counter(int(K_claim[i][j]) for i in range(n) for j in range(n) if i != j)
-    S = sum((Fraction(cnt, v * v) for v, cnt in counts.items()), Fraction(0))
-    rows = max(sum(Fraction(1, int(K_claim[i][j])) for j in range(n) if j != i)
-               for i in range(n))
-    cols = max(sum(Fraction(1, int(K_claim[i][j])) for i in range(n) if i != j)
-               for j in range(n))
+    Kint = [[int(K_claim[i][j]) for j in range(n)] for i in range(n)]
+
+    def exact_sum(values, power=1):
+        # sum of 1/v^power, exactly: one Fraction per distinct denominator
+        return sum((Fraction(cnt, v ** power) for v, cnt in Counter(values).items()),
+                   Fraction(0))
+
+    S = exact_sum([Kint[i][j] for i in range(n) for j in range(n) if i != j], 2)
+    rows = max(exact_sum([Kint[i][j] for j in range(n) if j != i]) for i in range(n))
+    cols = max(exact_sum([Kint[i][j] for i in range(n) if i != j]) for j in range(n))
     proved = n if rows <= 1 or cols <= 1 else min(n, math.floor(Fraction(n * n) / (n + S)) + 1)
     if claim > proved:
         _fail(f"claimed rank {claim} exceeds the {proved} that R5 gives from the ratio bounds")
