@@ -203,7 +203,8 @@ def constraints(X):
             req[q] += N - 1
             ok = match(req)
             s1.append(u[ok, p] * T + u[ok, q])
-    s1 = np.unique(np.concatenate(s1))
+    s1 = np.sort(np.concatenate(s1))
+    s1 = s1[np.append(True, s1[1:] != s1[:-1])] if len(s1) else s1
     triples = []
     for p in range(3):
         for q in range(3):
