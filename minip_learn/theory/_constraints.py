@@ -220,7 +220,8 @@ def constraints(X):
                 # only triples whose S1(x, y) and S1(x, z) are present are kept
                 has = _isin(x * T + y, s1) & _isin(x * T + z, s1)
                 triples.append(np.stack([x[has], y[has], z[has]], axis=1))
-    del u, sig, by_sig
+    del u
+    by_sig.clear()
     return _finish(tokens, N, np.concatenate(triples))
 
 
