@@ -137,20 +137,24 @@ def witness_denominators(words, seq_len, *, ladder_gap=None):
     >>> int(K[0, 1]), int(dist[0, 1])  # eps = 1/((N-2)(g-1)) = 1/3 at distance 2
     (3, 2)
     """
-    W = np.asarray(words).astype(np.int64)
+    W = np.asarray(words).astype(np.float64)
     n = len(W)
-    G = W @ W.T
+    G = np.rint(W @ W.T).astype(np.int64)   # exact: entries are at most n_bits
     dist = G.diagonal()[:, None] - G
+    del G
     off = ~np.eye(n, dtype=bool)
-    values, inverse = np.unique(dist, return_inverse=True)
+    # distances are small integers: their distinct values by counting, not sorting
+    lo = int(dist.min()) if n else 0
+    present = np.bincount((dist - lo).ravel()) > 0
+    values = np.flatnonzero(present) + lo
+    inverse = (np.cumsum(present) - 1)[dist - lo]
     table = [chain_denominator(int(d), seq_len, ladder_gap=ladder_gap) for d in values]
     Ks = np.array([k for k, _ in table], dtype=object)
     ts = np.array([t for _, t in table], dtype=np.int64)
-    inverse = inverse.reshape(n, n)
     K = Ks[inverse]
     steps = np.where(off, ts[inverse], 0)
     K[~off] = 1
-    bad = off & (K == 0)
+    bad = off & np.array([k == 0 for k in Ks], dtype=bool)[inverse]
     if bad.any():
         i, j = (int(v) for v in np.argwhere(bad)[0])
         raise ValueError(
