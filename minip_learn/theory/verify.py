@@ -22,6 +22,7 @@ steps need: memory is that of the certificate plus one slice.
 """
 
 import math
+from array import array
 from collections import Counter
 from fractions import Fraction
 
@@ -52,7 +53,7 @@ def _is_binary(X):
 
 
 def _found_multisets(X, tokens, wanted):
-    """Which of the ``wanted`` multisets (sorted rows of token ids) the family holds.
+    """Which of the ``wanted`` multisets (rows of token ids, any order) the family holds.
 
     One pass over ``X`` in slices of :data:`CHUNK` sequences: each slice's tokens are
     looked up in the certificate's token list, its multisets encoded over it and
@@ -74,7 +75,7 @@ def _found_multisets(X, tokens, wanted):
             codes = codes * T + col
         return codes
 
-    want = encode(np.sort(np.asarray(wanted, dtype=np.int64).reshape(-1, N), axis=1))
+    want = encode(np.sort(wanted, axis=1))
     if exact:
         uniq_want = sorted(set(want))
         index = {code: i for i, code in enumerate(uniq_want)}
@@ -176,7 +177,7 @@ def _check(c, X):
     K_claim = c.eps_denominators
     D_claim = np.asarray(c.overlap_gaps)
     # the steps the chains use: (row i, parent, child), each checked once
-    steps, wanted = [], []
+    steps = (array("q"), array("q"), array("q"))
     for i in range(n):
         x = tokens[q[i]]
         ov = tokens @ x
@@ -198,9 +199,8 @@ def _check(c, X):
                 t = a
             for a, b, g in reversed(path):
                 prod[b] = prod[a] * (N - 2) * (g - 1)
-                steps.append((i, a, b))
-                wanted.extend([[q[i]] + [a] * (N - 1), [q[i]] + [b] * (N - 1),
-                               [q[i], a] + [b] * (N - 2)])
+                for col, v in zip(steps, (i, a, b)):
+                    col.append(v)
             return prod[t]
 
         for j in range(n):
@@ -231,9 +231,16 @@ def _check(c, X):
     if claim > proved:
         _fail(f"claimed rank {claim} exceeds the {proved} that R5 gives from the ratio bounds")
     # last, the one pass over the family: every sequence the chains use is present
-    found = _found_multisets(X, tokens.astype(np.uint8), wanted)
+    si, sa, sb = (np.frombuffer(col, dtype=np.int64) for col in steps)
+    wanted = np.empty((len(si), 3, N), dtype=np.int64)   # S1, S2, S3 of every step
+    wanted[:, :, 0] = np.asarray(q, dtype=np.int64)[si, None]
+    wanted[:, 0, 1:] = sa[:, None]
+    wanted[:, 1, 1:] = sb[:, None]
+    wanted[:, 2, 1] = sa
+    wanted[:, 2, 2:] = sb[:, None]
+    found = _found_multisets(X, tokens.astype(np.uint8), wanted.reshape(-1, N))
     if not found.all():
         first = int(np.argmin(found))
-        i, a, b = steps[first // 3]
+        i, a, b = (int(col[first // 3]) for col in (si, sa, sb))
         name = ("S1", "S2", "S3")[first % 3]
         _fail(f"row {i}: sequence {name} for query {q[i]}, keys {a} -> {b} is missing from X")
