@@ -7,6 +7,8 @@
 * :func:`hand_loop` is the bare torch training loop an estimator fit is compared with.
 * :func:`measure_forward_memory` runs attention forwards in a fresh subprocess and
   reports their peak memory (see ``MEMORY_METHOD``), next to :func:`analytic_bytes`.
+* :func:`measure_certify_memory` does the same for ``certify`` and its baseline on a
+  saved family (see ``CERTIFY_MEMORY_METHOD``).
 """
 
 import copy
@@ -207,6 +209,60 @@ def measure_forward_memory(cases, *, timeout=900):
     if len(out) != len(cases):
         raise RuntimeError(f"memory probe failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
     return out
+
+
+# -- (e) certify: peak memory ------------------------------------------------------------
+
+CERTIFY_MEMORY_METHOD = (
+    "one fresh subprocess per family: the family is loaded from .npy, then for certify "
+    "and for the baseline the resident-set high-water mark (VmHWM, reset through "
+    "/proc/self/clear_refs just before the call) minus the resident set just before it "
+    "(which holds the family, reported beside it)"
+)
+
+_CERTIFY_PROBE = r"""
+import json, re, sys
+import numpy as np
+sys.path.insert(0, {bench_dir!r})
+from _certify_baseline import certify as baseline
+from minip_learn.theory import certify
+
+def status():
+    text = open("/proc/self/status").read()
+    return {{k: int(re.search(k + r":\s+(\d+) kB", text).group(1)) * 1024
+             for k in ("VmRSS", "VmHWM")}}
+
+X = np.load({path!r})
+out = {{}}
+for name, fn in [("certify", certify)] + ([("baseline", baseline)] if {baseline!r} else []):
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        before = status()["VmRSS"]
+        fn(X)
+        out[name + "_peak"] = status()["VmHWM"] - before
+    except OSError:
+        out[name + "_peak"] = None
+print("RESULT " + json.dumps(out), flush=True)
+"""
+
+
+def measure_certify_memory(path, *, baseline=True, timeout=1800):
+    """Peak memory (bytes above the resident set before the call) of ``certify`` on
+    the family saved at ``path``, and of the baseline with ``baseline=True``.
+
+    Returns ``{"certify_peak": int or None, "baseline_peak": int or None}``; see
+    ``CERTIFY_MEMORY_METHOD``.
+    """
+    code = _CERTIFY_PROBE.format(bench_dir=os.path.dirname(os.path.abspath(__file__)),
+                                 path=str(path), baseline=bool(baseline))
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            return {"baseline_peak": None, **json.loads(line[len("RESULT "):])}
+    raise RuntimeError(f"memory probe failed (rc {proc.returncode}):\n{proc.stderr[-2000:]}")
 
 
 def available_memory():

@@ -13,7 +13,8 @@ family. ``baseline`` is the earlier implementation (``benchmarks/_certify_baseli
 per-multiset Python constraints, per-query Python chains, a single greedy selection);
 ``certify`` is :func:`minip_learn.theory.certify`. The table goes to standard output and
 ``benchmarks/results/bench-certify.{json,md}`` (``MINIP_BENCH_OUT`` changes the
-folder).
+folder). Group (e) of the pytest-benchmark suite (``test_bench_certify.py``) runs the
+same comparison on the smaller families.
 """
 
 import argparse

@@ -5,6 +5,7 @@ Run from the repository root (offline, about 5 minutes on 2 cores)::
     ./install.sh bench && python -m pytest benchmarks --benchmark-only
 
 ``--bench-quick`` (or ``MINIP_BENCH_QUICK=1``) runs smaller sizes in about a minute.
+``-k certify`` runs only the certify group (e).
 At the end the ratio tables are printed and written to ``benchmarks/results/``
 (``MINIP_BENCH_OUT`` changes the folder): ``bench-results.json``, ``bench-results.md``
 and ``bench_seq_len.png``. The repository's ``python -m pytest`` never collects this
@@ -30,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import _bench  # noqa: E402  (benchmarks/ is on sys.path: pytest's rootdir-based import)
 
-SECTIONS = ("fit", "sweep", "seq_len", "ensemble")
+SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify")
 
 
 def pytest_addoption(parser):
@@ -193,6 +194,25 @@ def markdown(res):
               f"{r['target_median'] / r['n_models']:.3f}", f"{1 / r['ratio']:.1f}x", ">= 8x"]
              for r in res["ensemble"]])
         out.append("")
+    if res["certify"]:
+        out += ["### (e) certify vs family size (witness suites, N = 3), beside the baseline", ""]
+
+        def secs(v):
+            return "-" if v is None else f"{v:.3g}"
+
+        rows = []
+        for r in sorted(res["certify"], key=lambda r: r["n_sequences"]):
+            base = r.get("baseline_median")
+            rows.append([
+                r["n_bits"], f"{r['n_sequences']:,}", _mib(r["family_bytes"]),
+                secs(r["target_median"]), secs(base),
+                "-" if base is None else f"{base / r['target_median']:.1f}x",
+                _mib(r.get("certify_peak")), _mib(r.get("baseline_peak")),
+                r["rank"], "-" if r.get("baseline_rank") is None else r["baseline_rank"]])
+        out += _table(["n_bits", "sequences", "family [MiB]", "certify [s]", "baseline [s]",
+                       "speed-up", "certify peak [MiB]", "baseline peak [MiB]", "rank",
+                       "baseline rank"], rows)
+        out += ["", f"Memory: {_bench.CERTIFY_MEMORY_METHOD}.", ""]
     for s in res["skipped"]:
         out.append(f"Skipped: {s['test']}: {s['reason']}")
     return out

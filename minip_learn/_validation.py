@@ -141,13 +141,23 @@ def check_sequences(X, *, name="X", allow_2d=False, binary=False):
 
 def check_binary(arr, *, name="X"):
     """Raise a ValueError unless every entry of ``arr`` is 0 or 1."""
-    if arr.dtype == bool:
+    if arr.dtype == bool or not arr.size:
         return
-    bad = (arr != 0) & (arr != 1)
-    if bad.any():
-        example = arr[bad].flat[0].item()
+    if arr.dtype.kind == "u" and arr.max() <= 1:
+        return  # unsigned: a reduction, no temporary the size of the array
+    arr = np.atleast_1d(arr)
+    step = max(1, (1 << 22) // max(1, arr.size // len(arr)))  # rows per slice: small masks
+    n_bad, example = 0, None
+    for start in range(0, len(arr), step):
+        part = arr[start:start + step]
+        bad = (part != 0) & (part != 1)
+        if bad.any():
+            n_bad += int(bad.sum())
+            if example is None:
+                example = part[bad][0].item()
+    if n_bad:
         raise ValueError(
-            f"{name} must contain only 0/1 tokens; found {int(bad.sum())} other value(s), "
+            f"{name} must contain only 0/1 tokens; found {n_bad} other value(s), "
             f"e.g. {example!r}."
         )
 

@@ -323,3 +323,71 @@ def test_witness_family_matches_a_sequence_by_sequence_build():
             seqs.append([x] + [ladder[t]] * (N - 1))
             seqs.append([x, ladder[t - 1]] + [ladder[t]] * (N - 2))
     np.testing.assert_array_equal(X, np.array(seqs, dtype=np.uint8))
+
+
+# --------------------------------------------------------------------------- search bounds
+def _brute_force_best(A, Kinv):
+    from minip_learn.theory.certify import _exact_rank
+
+    V, best = len(A), 1
+    for size in range(2, V + 1):
+        for C in itertools.combinations(range(V), size):
+            if all(A[u, w] for u, w in itertools.combinations(C, 2)):
+                best = max(best, _exact_rank(list(C), Kinv))
+    return best
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 9), density=st.floats(0.3, 1.0))
+def test_search_bounds_are_never_below_the_best_clique(seed, V, density):
+    from fractions import Fraction
+
+    from minip_learn.theory.certify import _clique_cover_bound, _root_bound
+
+    rng = np.random.RandomState(seed)
+    A = np.triu(rng.rand(V, V) < density, 1)
+    A = A | A.T
+    Kinv = {u: {int(w): Fraction(1, int(rng.choice([1, 2, 3, 5, 9, 25])))
+                for w in np.flatnonzero(A[u])} for u in range(V)}
+    best = _brute_force_best(A, Kinv)
+    assert _root_bound(A, Kinv) >= best
+    nbr = [sum(1 << int(w) for w in np.flatnonzero(A[u])) for u in range(V)]
+    largest = max(len(C) for size in range(1, V + 1)
+                  for C in itertools.combinations(range(V), size)
+                  if all(A[u, w] for u, w in itertools.combinations(C, 2)))
+    assert _clique_cover_bound((1 << V) - 1, nbr) >= largest
+
+
+def test_r6_search_is_exhaustive():
+    rank, cert = certify(_r6(), return_certificate=True)
+    assert rank == 17 and cert.exhaustive
+
+
+# --------------------------------------------------------------------------- large inputs
+def test_binary_check_reads_slices_and_views():
+    from minip_learn._validation import check_binary
+
+    X = np.zeros((5, 3, 4), dtype=np.int8)
+    check_binary(X[:, ::2])  # a strided view
+    X[4, 2, 3] = -1
+    with pytest.raises(ValueError, match="found 1 other value"):
+        check_binary(X)
+    with pytest.raises(ValueError, match="e.g. 0.5"):
+        check_binary(np.full((2, 3, 4), 0.5)[:, ::-1])
+    with pytest.raises(ValueError, match="found 2 other value"):
+        check_binary(np.array([[[0, 2, 7]]], dtype=np.uint8))
+
+
+def test_verification_streams_over_slices(small, monkeypatch):
+    from minip_learn.theory import verify as verify_module
+
+    X, cert = small
+    monkeypatch.setattr(verify_module, "CHUNK", 7)  # many slices, one sequence per check
+    assert verify_certificate(cert, X[::-1])
+    assert verify_certificate(cert, X.astype(np.float64))
+    drop = np.ones(len(X), dtype=bool)
+    drop[np.flatnonzero((X[:, 0] == cert.queries[0]).all(axis=1)
+                        & (X[:, 1] == cert.keys[0]).all(axis=1)
+                        & (X[:, 2] == cert.keys[0]).all(axis=1))] = False
+    with pytest.raises(ValueError, match="S1 for query"):
+        verify_certificate(cert, X[drop])

@@ -13,11 +13,21 @@ __all__ = ["minip_targets", "minip_gaps", "make_minip"]
 def _overlaps(X, chunk=1 << 16):
     """Pairwise inner products ``<x_i, x_j>`` of shape (n_samples, seq_len, seq_len).
 
-    Computed in chunks of ``chunk`` sequences, so that the float copy stays small.
+    Computed in chunks of ``chunk`` sequences, so that the temporaries stay small.
     """
     n, N = X.shape[0], X.shape[1]
     out = np.empty((n, N, N), dtype=np.int64)
+    # short 0/1 integer sequences: one vectorised product per pair of positions (exact, and
+    # faster than a batch of tiny matrix products)
+    pairwise = N <= 8 and X.dtype.kind in "biu"
     for start in range(0, n, chunk):
+        if pairwise:
+            Xc, rows = X[start:start + chunk], slice(start, start + chunk)
+            for i in range(N):
+                for j in range(i, N):
+                    out[rows, i, j] = (Xc[:, i] * Xc[:, j]).sum(axis=1, dtype=np.int64)
+                    out[rows, j, i] = out[rows, i, j]
+            continue
         Xf = X[start:start + chunk].astype(np.float64, copy=False)
         out[start:start + chunk] = np.rint(np.matmul(Xf, Xf.transpose(0, 2, 1)))
     return out

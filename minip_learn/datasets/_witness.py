@@ -291,6 +291,7 @@ def make_witness_suite(
 
     words = d.words[:n]
     steps = d.steps[:n, :n]
+    del designs, candidates                 # the other designs' matrices (large codes)
     X = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps)
     if rng is not None:
         X = X[rng.permutation(len(X))]

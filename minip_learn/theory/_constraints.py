@@ -74,14 +74,19 @@ def _unique_rows(words):
     if words.shape[1] == 1:
         uniq, inv = np.unique(words[:, 0], return_inverse=True)
         return uniq[:, None], inv.reshape(-1)
+    if not len(words):
+        return words, np.zeros(0, dtype=np.int64)
     order = np.lexsort(words.T[::-1])
-    w = words[order]
-    new = np.ones(len(w), dtype=bool)
-    new[1:] = (w[1:] != w[:-1]).any(axis=1)
-    ids = np.cumsum(new) - 1
-    inv = np.empty(len(w), dtype=np.int64)
-    inv[order] = ids
-    return w[new], inv
+    new = np.zeros(len(order), dtype=bool)
+    new[0] = True
+    for c in range(words.shape[1]):         # one column at a time
+        col = words[order, c]
+        new[1:] |= col[1:] != col[:-1]
+        del col
+    first = order[new]
+    inv = np.empty(len(order), dtype=index_dtype(len(first)))
+    inv[order] = np.cumsum(new, dtype=inv.dtype) - 1
+    return words[first], inv
 
 
 def _unpack(words, m):
@@ -93,8 +98,12 @@ def token_ids(X):
     """Distinct tokens (``np.unique(axis=0)`` order) and the id of every position."""
     n, N, m = X.shape
     flat = X.reshape(-1, m)
-    words = pack_tokens(flat) if flat.dtype == np.uint8 else pack_tokens(flat.astype(np.uint8))
+    words = np.empty((len(flat), max(1, -(-m // 64))), dtype=np.uint64)
+    step = 1 << 20                          # packed in slices: no full-size temporaries
+    for a in range(0, len(flat), step):
+        words[a:a + step] = pack_tokens(flat[a:a + step])
     uniq, inv = _unique_rows(words)
+    del words
     return _unpack(uniq, m), inv.reshape(n, N)
 
 
@@ -103,20 +112,27 @@ def _empty(tokens, N):
     return Constraints(tokens, N, e, e, e, e, e)
 
 
-def _finish(tokens, N, triples, s1):
-    """Keep triples ``(x, y, z)`` with S1(x, y), S1(x, z) present and gap >= 2."""
+def _finish(tokens, N, triples, s1=None):
+    """Keep triples ``(x, y, z)`` with S1(x, y), S1(x, z) present and gap >= 2.
+
+    ``s1=None``: the triples are already restricted to present S1 multisets.
+    """
     if not len(triples):
         return _empty(tokens, N)
     T = len(tokens)
     x, y, z = triples.T
-    s1 = np.unique(s1)
-    has = (_isin(x * T + y, s1)) & (_isin(x * T + z, s1))
-    x, y, z = x[has], y[has], z[has]
+    if s1 is not None:
+        s1 = np.unique(s1)
+        has = (_isin(x * T + y, s1)) & (_isin(x * T + z, s1))
+        x, y, z = x[has], y[has], z[has]
     words = pack_tokens(tokens)
     gap = overlap_words(words, x, z) - overlap_words(words, x, y)
     ok = gap >= 2
     x, y, z, gap = x[ok], y[ok], z[ok], gap[ok]
-    order = np.lexsort((z, y, x))
+    if float(T) ** 3 < 2.0 ** 62:           # triples are unique: one key sorts them
+        order = np.argsort((x * T + y) * T + z)
+    else:
+        order = np.lexsort((z, y, x))
     x, y, z, gap = x[order], y[order], z[order], gap[order]
     return Constraints(tokens, N, x, y, z, (N - 2) * (gap - 1), gap)
 
@@ -146,6 +162,7 @@ def constraints(X):
         return _empty(tokens, N)
     T = np.int64(len(tokens))
     srt = np.sort(ids, axis=1)
+    del ids
     start = np.ones(srt.shape, dtype=bool)
     start[:, 1:] = srt[:, 1:] != srt[:, :-1]
     n_distinct = start.sum(axis=1)
@@ -160,12 +177,15 @@ def constraints(X):
     else:
         _, first = np.unique(srt, axis=0, return_index=True)
     srt, start = srt[first], start[first]
-    slot = np.cumsum(start, axis=1) - 1
+    slot = np.cumsum(start, axis=1, dtype=np.int8) - 1
+    del start
     rows = np.arange(len(srt))[:, None]
     u = np.full((len(srt), 3), -1, dtype=np.int64)
     u[np.broadcast_to(rows, slot.shape), slot] = srt
+    del srt, rows
     base = N + 1
     sig = sum((slot == k).sum(axis=1) * base ** k for k in range(3))
+    del slot
     by_sig = {}
 
     def match(req):
@@ -175,7 +195,7 @@ def constraints(X):
             by_sig[code] = np.flatnonzero(sig == code)
         return by_sig[code]
 
-    s1, triples = [], []
+    s1 = []
     for p in range(3):
         for q in range(3):
             req = np.zeros(3, dtype=np.int64)
@@ -183,6 +203,11 @@ def constraints(X):
             req[q] += N - 1
             ok = match(req)
             s1.append(u[ok, p] * T + u[ok, q])
+    s1 = np.sort(np.concatenate(s1))
+    s1 = s1[np.append(True, s1[1:] != s1[:-1])] if len(s1) else s1
+    triples = []
+    for p in range(3):
+        for q in range(3):
             for r in range(3):
                 if r == q:
                     continue
@@ -191,8 +216,13 @@ def constraints(X):
                 req[q] += 1
                 req[r] += N - 2
                 ok = match(req)
-                triples.append(np.stack([u[ok, p], u[ok, q], u[ok, r]], axis=1))
-    return _finish(tokens, N, np.concatenate(triples), np.concatenate(s1))
+                x, y, z = u[ok, p], u[ok, q], u[ok, r]
+                # only triples whose S1(x, y) and S1(x, z) are present are kept
+                has = _isin(x * T + y, s1) & _isin(x * T + z, s1)
+                triples.append(np.stack([x[has], y[has], z[has]], axis=1))
+    del u
+    by_sig.clear()
+    return _finish(tokens, N, np.concatenate(triples))
 
 
 def constraints_reference(X):
@@ -245,6 +275,7 @@ def reach(cons):
     if not _int64_safe(cons):
         return reach_reference(cons)
     T = np.int64(len(cons.tokens))
+    idx = index_dtype(T)
     ex, ey, ez, eK, eg = cons.x, cons.y, cons.z, cons.K, cons.gap
     ecode = ex * T + ey                     # sorted (edges are sorted by x, y, z)
     src_code = np.unique(ecode)
@@ -252,6 +283,9 @@ def reach(cons):
     levels = {}
 
     def push(x, s, t, K, pred, level):
+        # token indices are held in the smallest dtype that fits: the pending rows of
+        # all levels are the largest arrays of the programme
+        x, s, t, pred = (a.astype(idx, copy=False) for a in (x, s, t, pred))
         for L in np.unique(level):
             sel = level == L
             levels.setdefault(int(L), []).append((x[sel], s[sel], t[sel], K[sel], pred[sel]))
@@ -269,8 +303,10 @@ def reach(cons):
         first = np.ones(len(order), dtype=bool)
         first[1:] = group[1:] != group[:-1]
         sel = order[first]
+        del order, group, first, ov_pred
         x, s, t, K, pred = x[sel], s[sel], t[sel], K[sel], pred[sel]
-        out.append((x, s, t, K, pred))
+        keep = pred >= 0                    # the roots (s itself) are not rows
+        out.append([a[keep] for a in (x, s, t, K, pred)])
         lo = np.searchsorted(ecode, x * T + t, side="left")
         hi = np.searchsorted(ecode, x * T + t, side="right")
         cnt = hi - lo
@@ -280,11 +316,28 @@ def reach(cons):
         offs = np.cumsum(cnt) - cnt
         e = lo[rep] + (np.arange(len(rep)) - offs[rep])
         push(x[rep], s[rep], ez[e], K[rep] * eK[e], t[rep], L + eg[e])
-    x, s, t, K, pred = (np.concatenate(a) for a in zip(*out)) if out else [np.zeros(0, np.int64)] * 5
-    keep = pred >= 0
-    x, s, t, K, pred = x[keep], s[keep], t[keep], K[keep], pred[keep]
-    order = np.lexsort((t, s, x))
-    return Reach(x[order], s[order], t[order], K[order], pred[order])
+    cols = []
+    for c in range(5):                      # one column at a time, freeing the parts
+        parts = [o[c] for o in out]
+        for o in out:
+            o[c] = None
+        cols.append(np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64))
+        del parts
+    del out
+    x, s, t = cols[0], cols[1], cols[2]
+    if float(T) ** 3 < 2.0 ** 62:           # rows are unique per (x, s, t)
+        order = np.argsort((x * T + s) * T + t)
+    else:
+        order = np.lexsort((t, s, x))
+    del x, s, t
+    for c in range(5):
+        cols[c] = cols[c][order]
+    return Reach(*cols)
+
+
+def index_dtype(n):
+    """int32 when indices below ``n`` fit in it, else int64."""
+    return np.int32 if int(n) < 2**31 else np.int64
 
 
 def reach_reference(cons):

@@ -367,28 +367,40 @@ class _Graph:
 
     def __init__(self, cons, R):
         T = np.int64(len(cons.tokens))
+        # the rows of R are sorted by (x, s, t): a candidate is a run of equal (x, s)
         vcode = R.x * T + R.s
-        codes, first, count = np.unique(vcode, return_index=True, return_counts=True)
+        new = np.ones(len(vcode), dtype=bool)
+        new[1:] = vcode[1:] != vcode[:-1]
+        first = np.flatnonzero(new)
+        codes = vcode[first]
+        del vcode, new
+        count = np.diff(np.append(first, len(R)))
         self.x, self.s = codes // T, codes % T
         self.reach_size = count
         self.overlap = cons.overlap(self.x, self.s)
         V = self.V = len(codes)
-        row_v = np.repeat(np.arange(V), count)
         # half-edges u -> w: w's key is reachable from u's key in u's DAG
         by_src = np.argsort(self.s, kind="stable")
         src = self.s[by_src]
         lo = np.searchsorted(src, R.t, side="left")
         cnt = np.searchsorted(src, R.t, side="right") - lo
-        rep = np.repeat(np.arange(len(R)), cnt)
+        rows = np.flatnonzero(cnt)          # rows of R that reach some candidate's key
+        lo, cnt = lo[rows], cnt[rows]
+        rep = np.repeat(np.arange(len(rows)), cnt)
         offs = np.cumsum(cnt) - cnt
-        u, w = row_v[rep], by_src[lo[rep] + (np.arange(len(rep)) - offs[rep])]
-        K = R.K[rep]
+        w = by_src[lo[rep] + (np.arange(len(rep)) - offs[rep])]
+        del lo, offs, by_src, src
+        u = np.repeat(np.arange(V), count)[rows][rep]
+        K = R.K[rows][rep]
+        del rows, rep, cnt
         other = self.x[u] != self.x[w]
         u, w, K = u[other], w[other], K[other]
+        del other
         half = u * np.int64(V) + w
         order = np.argsort(half, kind="stable")
         half, K = half[order], K[order]
         both = _constraints._isin(w[order] * np.int64(V) + u[order], half)
+        del u, w, order
         self.half, self.K = half[both], K[both]
         self.degree = np.bincount(self.half // V, minlength=V)
         # priority: larger reach, then lower overlap with the query, then indices
@@ -517,6 +529,57 @@ def _upper_bound(n, S, n_max, e_min):
     return best
 
 
+def _root_bound(A, Kinv):
+    """Largest rank any clique of ``A`` could certify, from per-member bounds.
+
+    In a clique of ``k`` members, member ``u`` has ``k - 1`` partners ``w``; its pairs
+    add at least the ``k - 1`` smallest ``e_uw^2 + e_wu^2`` over its neighbours to
+    ``2 S``, so ``S`` is at least half the sum of the ``k`` smallest such member
+    totals. Dominance (rank ``k``) needs ``k`` members whose ``k - 1`` smallest row
+    (or column) entries sum to at most 1. Floats with a margin that only raises the
+    bound.
+    """
+    V = len(A)
+    E = np.zeros((V, V))
+    for u, row in Kinv.items():
+        for w, e in row.items():
+            E[u, w] = float(e)
+    inf = np.inf
+    pair = np.where(A, E * E + E.T * E.T, inf)
+    pair_sums = np.cumsum(np.sort(pair, axis=1), axis=1)   # [u, k-2]: k-1 smallest
+    row_sums = np.cumsum(np.sort(np.where(A, E, inf), axis=1), axis=1)
+    col_sums = np.cumsum(np.sort(np.where(A, E.T, inf), axis=1), axis=1)
+    best = 1 if V else 0
+    for k in range(2, V + 1):
+        h = np.sort(pair_sums[:, k - 2])[:k]
+        if not np.isfinite(h[-1]):
+            break                            # fewer than k members of degree >= k - 1
+        if ((row_sums[:, k - 2] <= 1 + 1e-9).sum() >= k
+                or (col_sums[:, k - 2] <= 1 + 1e-9).sum() >= k):
+            best = max(best, k)
+            continue
+        S = h.sum() / 2 * (1 - 1e-9)
+        best = max(best, min(k, math.floor(k * k / (k + S) * (1 + 1e-9)) + 1))
+    return best
+
+
+def _clique_cover_bound(P, nbr):
+    """An upper bound on the largest clique inside the bit set ``P``.
+
+    Greedy colouring: each colour class is a set of mutually incompatible members, so
+    a clique takes at most one member of each class.
+    """
+    colours = 0
+    while P:
+        colours += 1
+        Q = P
+        while Q:
+            v = Q.bit_length() - 1
+            P &= ~(1 << v)
+            Q &= ~(1 << v) & ~nbr[v]
+    return colours
+
+
 def _exact_clique_search(A, Kinv, start_rank, max_nodes):
     """Branch and bound over all cliques of ``A``.
 
@@ -546,7 +609,7 @@ def _exact_clique_search(A, Kinv, start_rank, max_nodes):
         while P:
             if nodes[0] >= max_nodes:
                 return
-            if _upper_bound(n, S, n + bin(P).count("1"), e_min) <= best[0]:
+            if _upper_bound(n, S, n + _clique_cover_bound(P, nbr), e_min) <= best[0]:
                 return
             v = P.bit_length() - 1
             P &= ~(1 << v)
@@ -623,7 +686,11 @@ def _select(G):
             nb = np.flatnonzero(sub[u])
             K = G.denominators([int(keep[idx[u]])] + [int(keep[idx[w]]) for w in nb])[0, 1:]
             Kinv[u] = {int(w): Fraction(1, int(k)) for w, k in zip(nb, K)}
-        rank, clique, exhaustive = _exact_clique_search(sub, Kinv, best_rank, EXACT_MAX_NODES)
+        if _root_bound(sub, Kinv) <= best_rank:
+            rank, clique, exhaustive = best_rank, None, True   # nothing can do better
+        else:
+            rank, clique, exhaustive = _exact_clique_search(sub, Kinv, best_rank,
+                                                            EXACT_MAX_NODES)
         if clique is not None:
             results.append((rank, "exhaustive search", [int(keep[idx[v]]) for v in clique]))
     rank, name, clique = max(results, key=lambda r: r[0])

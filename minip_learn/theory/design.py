@@ -137,20 +137,24 @@ def witness_denominators(words, seq_len, *, ladder_gap=None):
     >>> int(K[0, 1]), int(dist[0, 1])  # eps = 1/((N-2)(g-1)) = 1/3 at distance 2
     (3, 2)
     """
-    W = np.asarray(words).astype(np.int64)
+    W = np.asarray(words).astype(np.float64)
     n = len(W)
-    G = W @ W.T
+    G = np.rint(W @ W.T).astype(np.int64)   # exact: entries are at most n_bits
     dist = G.diagonal()[:, None] - G
+    del G
     off = ~np.eye(n, dtype=bool)
-    values, inverse = np.unique(dist, return_inverse=True)
+    # distances are small integers: their distinct values by counting, not sorting
+    lo = int(dist.min()) if n else 0
+    present = np.bincount((dist - lo).ravel()) > 0
+    values = np.flatnonzero(present) + lo
+    inverse = (np.cumsum(present) - 1)[dist - lo]
     table = [chain_denominator(int(d), seq_len, ladder_gap=ladder_gap) for d in values]
     Ks = np.array([k for k, _ in table], dtype=object)
     ts = np.array([t for _, t in table], dtype=np.int64)
-    inverse = inverse.reshape(n, n)
     K = Ks[inverse]
     steps = np.where(off, ts[inverse], 0)
     K[~off] = 1
-    bad = off & (K == 0)
+    bad = off & np.array([k == 0 for k in Ks], dtype=bool)[inverse]
     if bad.any():
         i, j = (int(v) for v in np.argwhere(bad)[0])
         raise ValueError(
@@ -278,24 +282,26 @@ def witness_family(words, seq_len, *, ladder_gap=None, steps=None):
         for t in range(1, L + 1):
             ladder[:, t][(rank_of_one >= 1) & (rank_of_one <= t * ladder_gap)] = 1
 
-    def seq(x, a, b):
-        out = np.empty((len(x), N, m), dtype=np.uint8)
-        out[:, 0], out[:, 1], out[:, 2:] = x, a, b[:, None, :]
-        return out
-
     ii, jj = np.nonzero(~np.eye(n, dtype=bool))
     per_query = 1 + 2 * (n - 1) + 2 * s_i
     start = np.cumsum(per_query) - per_query
     X = np.empty((int(per_query.sum()), N, m), dtype=np.uint8)
-    X[start] = seq(W, keys, keys)
-    pos = start[ii] + 1 + 2 * (jj - (jj > ii))
-    X[pos] = seq(W[ii], keys[jj], keys[jj])
-    X[pos + 1] = seq(W[ii], ladder[ii, steps[ii, jj]], keys[jj])
+
+    def put(pos, x, a, b):
+        X[pos, 0], X[pos, 1], X[pos, 2:] = x, a, b[:, None, :]
+
+    put(start, W, keys, keys)
+    block = 1 << 16                         # rows written at a time: small temporaries
+    for lo in range(0, len(ii), block):
+        i, j = ii[lo:lo + block], jj[lo:lo + block]
+        pos = start[i] + 1 + 2 * (j - (j > i))
+        put(pos, W[i], keys[j], keys[j])
+        put(pos + 1, W[i], ladder[i, steps[i, j]], keys[j])
     qi = np.repeat(np.arange(n), s_i)
     t = np.arange(len(qi)) - np.repeat(np.cumsum(s_i) - s_i, s_i) + 1
     pos = start[qi] + 2 * (n - 1) + 1 + 2 * (t - 1)
-    X[pos] = seq(W[qi], ladder[qi, t], ladder[qi, t])
-    X[pos + 1] = seq(W[qi], ladder[qi, t - 1], ladder[qi, t])
+    put(pos, W[qi], ladder[qi, t], ladder[qi, t])
+    put(pos + 1, W[qi], ladder[qi, t - 1], ladder[qi, t])
     return X
 
 

@@ -5,19 +5,24 @@ the family and the mathematics alone. It shares no code with
 :func:`~minip_learn.theory.certify`: it reads the tokens, the chosen (query, key)
 pairs, the chain trees, the claimed ratio bounds and the claimed rank, and checks
 
-1. every step ``a -> b`` of the chain tree of query ``x`` climbs the overlap by
+1. every other designated key ``k_j`` is in the tree of ``x_i`` and the product of the
+   step denominators along its chain is at least the claimed ``K_ij``; the claimed
+   overlap distance ``<x_i, k_j> - <x_i, k_i>`` is the true one;
+2. every step ``a -> b`` of those chains climbs the overlap with ``x = x_i`` by
    ``g = <x,b> - <x,a> >= 2``, and the family holds the three multisets
    ``{x, a^(N-1)}``, ``{x, b^(N-1)}`` and ``{x, a, b^(N-2)}`` (see :ref:`theory-r4`),
    so ``alpha(x, b) < alpha(x, a) / ((N-2)(g-1))``;
-2. every other designated key ``k_j`` is in the tree of ``x_i`` and the product of the
-   step denominators along its chain is at least the claimed ``K_ij``; the claimed
-   overlap distance ``<x_i, k_j> - <x_i, k_i>`` is the true one;
 3. the claimed rank is at most what :ref:`theory-r5` gives from the claimed ``K_ij``:
    ``floor(n^2 / (n + sum 1/K_ij^2)) + 1``, or ``n`` when every row (or every column)
    of ``1/K`` sums to at most 1, computed with :class:`fractions.Fraction`.
+
+Only the steps on the chains between designated keys are checked (the rest of a tree
+bears on no bound), and the family is read once, in slices, against the multisets those
+steps need: memory is that of the certificate plus one slice.
 """
 
 import math
+from array import array
 from collections import Counter
 from fractions import Fraction
 
@@ -34,29 +39,64 @@ def _fail(message):
     raise _Failure(message)
 
 
-def _sequence_codes(X, tokens):
-    """Sorted codes of the family's multisets, over the certificate's token list."""
+#: sequences read from the family at a time (the check streams over the family)
+CHUNK = 1 << 17
+
+
+def _is_binary(X):
+    """Whether every entry is 0 or 1, read in slices of :data:`CHUNK` sequences."""
+    for a in range(0, len(X), CHUNK):
+        part = X[a:a + CHUNK]
+        if part.dtype != bool and ((part != 0) & (part != 1)).any():
+            return False
+    return True
+
+
+def _found_multisets(X, tokens, wanted):
+    """Which of the ``wanted`` multisets (rows of token ids, any order) the family holds.
+
+    One pass over ``X`` in slices of :data:`CHUNK` sequences: each slice's tokens are
+    looked up in the certificate's token list, its multisets encoded over it and
+    matched against ``wanted``; memory stays that of one slice plus ``wanted``.
+    """
     n, N, m = X.shape
     T = len(tokens)
     lookup = {bytes(t): i for i, t in enumerate(np.packbits(tokens, axis=1))}
-    packed = np.packbits(X.reshape(-1, m), axis=1)
-    width = -(-packed.shape[1] // 8) * 8
-    words = np.zeros((len(packed), width), dtype=np.uint8)
-    words[:, : packed.shape[1]] = packed
-    words = words.view(">u8")
-    order = np.lexsort(words.T[::-1])
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (words[order[1:]] != words[order[:-1]]).any(axis=1)
-    group = np.empty(len(order), dtype=np.int64)
-    group[order] = np.cumsum(first) - 1
-    uniq = packed[order[first]]
-    ids_of_uniq = np.array([lookup.get(bytes(u), -1) for u in uniq], dtype=np.int64)
-    ids = ids_of_uniq[group].reshape(n, N)
-    ids = np.sort(ids[(ids >= 0).all(axis=1)], axis=1)
-    code = np.zeros(len(ids), dtype=object if float(T) ** N >= 2.0 ** 62 else np.int64)
-    for k in range(N):
-        code = code * T + ids[:, k]
-    return set(code.tolist()) if code.dtype == object else np.unique(code), T
+    exact = float(T) ** N >= 2.0 ** 62          # codes beyond int64: Python integers
+
+    def encode(rows):
+        if exact:
+            codes = [0] * len(rows)
+            for col in rows.T.tolist():
+                codes = [a * T + b for a, b in zip(codes, col)]
+            return codes
+        codes = np.zeros(len(rows), dtype=np.int64)
+        for col in rows.T:
+            codes = codes * T + col
+        return codes
+
+    want = encode(np.sort(wanted, axis=1))
+    if exact:
+        uniq_want = sorted(set(want))
+        index = {code: i for i, code in enumerate(uniq_want)}
+        back = np.array([index[code] for code in want], dtype=np.int64)
+    else:
+        uniq_want, back = np.unique(want, return_inverse=True)
+    found = np.zeros(len(uniq_want), dtype=bool)
+    for a in range(0, n if len(uniq_want) else 0, CHUNK):
+        part = np.packbits(X[a:a + CHUNK].reshape(-1, m).astype(np.uint8, copy=False), axis=1)
+        part = np.ascontiguousarray(part).view(f"V{part.shape[1]}").reshape(-1)
+        uniq, inv = np.unique(part, return_inverse=True)
+        ids_of_uniq = np.array([lookup.get(u.tobytes(), -1) for u in uniq], dtype=np.int64)
+        ids = ids_of_uniq[inv.reshape(-1)].reshape(-1, N)
+        ids = np.sort(ids[(ids >= 0).all(axis=1)], axis=1)
+        codes = encode(ids)
+        if exact:
+            found[[index[c] for c in codes if c in index]] = True
+            continue
+        pos = np.minimum(np.searchsorted(uniq_want, codes), len(uniq_want) - 1)
+        found[pos[uniq_want[pos] == codes]] = True
+    return found[back]
 
 
 def verify_certificate(certificate, X, *, raise_on_failure=True):
@@ -104,9 +144,8 @@ def verify_certificate(certificate, X, *, raise_on_failure=True):
     X = np.asarray(X)
     if X.ndim != 3:
         raise ValueError(f"X must have shape (n_samples, seq_len, n_bits); got {X.shape}.")
-    if not np.isin(X, (0, 1)).all():
+    if not _is_binary(X):
         raise ValueError("X must hold 0/1 values only.")
-    X = X.astype(np.uint8)
     c = certificate
     if X.shape[1:] != (c.seq_len, c.n_bits):
         raise ValueError(
@@ -135,53 +174,39 @@ def _check(c, X):
     n = len(q)
     if n < 2 or len(k) != n:
         _fail(f"rank {claim} claimed from {n} (query, key) pairs")
-    present, T = _sequence_codes(X, tokens.astype(np.uint8))
-
-    def has_all(rows):
-        """Whether each multiset (a row of token ids) is in the family."""
-        rows = np.sort(np.asarray(rows, dtype=np.int64), axis=1)
-        if isinstance(present, set):
-            codes = [0] * len(rows)
-            for col in rows.T.tolist():
-                codes = [a * T + b for a, b in zip(codes, col)]
-            return np.array([code in present for code in codes], dtype=bool)
-        codes = np.zeros(len(rows), dtype=np.int64)
-        for col in rows.T:
-            codes = codes * T + col
-        pos = np.minimum(np.searchsorted(present, codes), len(present) - 1)
-        return present[pos] == codes
-
     K_claim = c.eps_denominators
     D_claim = np.asarray(c.overlap_gaps)
+    # the steps the chains use: (row i, parent, child), each checked once
+    steps = (array("q"), array("q"), array("q"))
     for i in range(n):
         x = tokens[q[i]]
         ov = tokens @ x
-        steps = sorted(c.parents[i].items(), key=lambda cp: ov[cp[0]])
-        ch = np.array([int(a) for a, _ in steps], dtype=np.int64)
-        pa = np.array([int(b) for _, b in steps], dtype=np.int64)
-        gaps = ov[ch] - ov[pa] if len(ch) else np.zeros(0, dtype=np.int64)
-        col = np.full(len(ch), q[i], dtype=np.int64)[:, None]
-        ok = {
-            "S1": has_all(np.hstack([col] + [pa[:, None]] * (N - 1))),
-            "S2": has_all(np.hstack([col] + [ch[:, None]] * (N - 1))),
-            "S3": has_all(np.hstack([col, pa[:, None]] + [ch[:, None]] * (N - 2))),
-        } if len(ch) else {}
+        parents = c.parents[i]
         prod = {k[i]: 1}
-        for s_, (child, parent, g) in enumerate(zip(ch.tolist(), pa.tolist(), gaps.tolist())):
-            if parent not in prod:
-                _fail(f"row {i}: chain step {parent} -> {child} does not start from the "
-                      f"tree of key {k[i]}")
-            if g < 2:
-                _fail(f"row {i}: chain step {parent} -> {child} has overlap gap {g} < 2")
-            for name in ("S1", "S2", "S3"):
-                if not ok[name][s_]:
-                    _fail(f"row {i}: sequence {name} for query {q[i]}, keys {parent} -> "
-                          f"{child} is missing from X")
-            prod[child] = prod[parent] * (N - 2) * (g - 1)
+
+        def climb(t, i=i, ov=ov, parents=parents, prod=prod):
+            # walk up from t to a token whose product is known; the overlap with x
+            # drops by >= 2 at every step, so the walk ends
+            path = []
+            while t not in prod:
+                if t not in parents:
+                    return None
+                a = int(parents[t])
+                g = int(ov[t] - ov[a])
+                if g < 2:
+                    _fail(f"row {i}: chain step {a} -> {t} has overlap gap {g} < 2")
+                path.append((a, t, g))
+                t = a
+            for a, b, g in reversed(path):
+                prod[b] = prod[a] * (N - 2) * (g - 1)
+                for col, v in zip(steps, (i, a, b)):
+                    col.append(v)
+            return prod[t]
+
         for j in range(n):
             if j == i:
                 continue
-            if k[j] == k[i] or k[j] not in prod:
+            if k[j] == k[i] or climb(k[j]) is None:
                 _fail(f"pair ({i}, {j}): key {k[j]} is not reached from key {k[i]} "
                       f"for query {q[i]}")
             Kij = int(K_claim[i][j])
@@ -192,12 +217,30 @@ def _check(c, X):
             if int(D_claim[i][j]) != true_gap:
                 _fail(f"pair ({i}, {j}): claimed overlap distance {int(D_claim[i][j])}, "
                       f"true distance {true_gap}")
-    counts = Counter(int(K_claim[i][j]) for i in range(n) for j in range(n) if i != j)
-    S = sum((Fraction(cnt, v * v) for v, cnt in counts.items()), Fraction(0))
-    rows = max(sum(Fraction(1, int(K_claim[i][j])) for j in range(n) if j != i)
-               for i in range(n))
-    cols = max(sum(Fraction(1, int(K_claim[i][j])) for i in range(n) if i != j)
-               for j in range(n))
+    Kint = [[int(K_claim[i][j]) for j in range(n)] for i in range(n)]
+
+    def exact_sum(values, power=1):
+        # sum of 1/v^power, exactly: one Fraction per distinct denominator
+        return sum((Fraction(cnt, v ** power) for v, cnt in Counter(values).items()),
+                   Fraction(0))
+
+    S = exact_sum([Kint[i][j] for i in range(n) for j in range(n) if i != j], 2)
+    rows = max(exact_sum([Kint[i][j] for j in range(n) if j != i]) for i in range(n))
+    cols = max(exact_sum([Kint[i][j] for i in range(n) if i != j]) for j in range(n))
     proved = n if rows <= 1 or cols <= 1 else min(n, math.floor(Fraction(n * n) / (n + S)) + 1)
     if claim > proved:
         _fail(f"claimed rank {claim} exceeds the {proved} that R5 gives from the ratio bounds")
+    # last, the one pass over the family: every sequence the chains use is present
+    si, sa, sb = (np.frombuffer(col, dtype=np.int64) for col in steps)
+    wanted = np.empty((len(si), 3, N), dtype=np.int64)   # S1, S2, S3 of every step
+    wanted[:, :, 0] = np.asarray(q, dtype=np.int64)[si, None]
+    wanted[:, 0, 1:] = sa[:, None]
+    wanted[:, 1, 1:] = sb[:, None]
+    wanted[:, 2, 1] = sa
+    wanted[:, 2, 2:] = sb[:, None]
+    found = _found_multisets(X, tokens.astype(np.uint8), wanted.reshape(-1, N))
+    if not found.all():
+        first = int(np.argmin(found))
+        i, a, b = (int(col[first // 3]) for col in (si, sa, sb))
+        name = ("S1", "S2", "S3")[first % 3]
+        _fail(f"row {i}: sequence {name} for query {q[i]}, keys {a} -> {b} is missing from X")
