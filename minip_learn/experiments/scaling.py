@@ -832,8 +832,12 @@ def _markdown(summary, growth, checks, cfg):
     table = pd.DataFrame({head: summary[col] for head, col in _DISPLAY_COLUMNS.items()})
     text = (f"Witness suites `make_witness_suite(n_bits=m, {_settings_text(cfg['suite'])})`; "
             f"kernel maps {list(cfg['feature_maps'])}, seeds {list(cfg['seeds'])} per rank "
-            f"({_settings_text(cfg['kernel'])}); softmax (score_dim = m) seeds "
-            f"{list(cfg['softmax_seeds'])}.")
+            f"({_settings_text(cfg['kernel'])}); construction seeds "
+            f"{list(cfg['construction']['seeds'])} "
+            f"({_settings_text({k: v for k, v in cfg['construction'].items() if k != 'seeds'})}); "
+            f"at most {cfg['max_probes'] or 'unlimited'} probes per search; softmax "
+            f"(score_dim = m) seeds {list(cfg['softmax_seeds'])} "
+            f"({_settings_text(cfg['softmax'])}).")
     note = None if growth is None else (
         "Growth (least squares of log2 rank against m):\n\n" + _growth_lines(growth))
     return _report("Rank sandwich across n_bits", text, table, checks,
