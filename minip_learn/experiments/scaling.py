@@ -81,8 +81,9 @@ SETTINGS = {
         seeds=(0, 1, 2, 3, 4),
         softmax_seeds=(0, 1, 2, 3, 4),
         # the training route probes below the construction's verified rank, where
-        # every fit so far ran its whole budget; five seeds of the m = 32 suite (7,998
-        # sequences, ranks 35 and 170) take about 0.8 s per epoch and map on one core
+        # every fit so far ran its whole budget; five seeds of rank 171 on the m = 32
+        # suite (7,998 sequences) take 0.7 s per epoch and map on an idle core, and the
+        # two maps' ensembles (ranks 35 and 170) took 830 s side by side on 2 shared cores
         kernel=dict(max_epochs=500, stop_tolerance=0.5),
         # at m = 32 the default lr (0.01) solves in 1,480-1,730 epochs; some
         # initialisations stall (max error 8.7 after 3,000 epochs, with or without
@@ -586,8 +587,9 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
     Parameters
     ----------
     quick : bool, default=True
-        Use ``SETTINGS["scaling"]["quick"]`` (sizes 8-20, ``table`` maps, two seeds: a
-        few minutes on 2 cores) instead of ``"full"``.
+        Use ``SETTINGS["scaling"]["quick"]`` (sizes 8-20, ``table`` maps, two seeds:
+        under a minute on 2 cores) instead of ``"full"`` (sizes 8-32, ``table`` and
+        ``exp`` maps, five seeds: about 25 minutes on 2 cores with ``n_jobs=2``).
     out : str or path, default=None
         Folder for ``results.csv`` (one row per fit or construction), ``summary.csv``
         (one row per size, the columns
