@@ -85,7 +85,7 @@ SETTINGS = {
         # suite (7,998 sequences) take 0.7 s per epoch and map on an idle core, and the
         # two maps' ensembles (ranks 35 and 170) took 830 s side by side on 2 shared cores
         kernel=dict(max_epochs=500, stop_tolerance=0.5),
-        # at m = 32 the default lr (0.01) solves in 1,480-1,730 epochs; some
+        # at m = 32 the default lr (0.01) solves in 1,380-1,730 epochs; some
         # initialisations stall (max error 8.7 after 3,000 epochs, with or without
         # weight decay) and the next restart solves; lr = 0.03 diverges on one seed
         softmax=dict(max_epochs=2500, stop_tolerance=0.5, n_init=3),
