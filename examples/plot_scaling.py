@@ -9,9 +9,9 @@ measures, for witness suites of growing ``m``, three ranks that sandwich the sma
 rank that solves each suite:
 
 * the **certified minimum rank** (lower bound, recomputed from the sequences);
-* the **smallest verified solving rank** (upper bound): trained heads at ranks found by
-  bisection, and nonnegative factorisations ``P Q^T`` of a solving kernel, each checked
-  in float64 (``|p - t| < 1/2`` at every position);
+* the **smallest verified solving rank** (upper bound): nonnegative factorisations
+  ``P Q^T`` of a solving kernel, then trained heads at ranks below the factorisation's,
+  found by bisection, each checked in float64 (``|p - t| < 1/2`` at every position);
 * the **constructive rank** (one feature per distinct token, the exact head of R3).
 
 It is :func:`~minip_learn.experiments.scaling_experiment` with a small grid; the
@@ -22,7 +22,7 @@ command-line recipe ``minip-learn reproduce scaling [--quick]`` runs the larger 
 # Run the recipe
 # --------------
 # ``MINIP_EXAMPLES_FAST=1`` (set by the test suite) keeps the two smallest sizes and
-# one seed. ``max_probes=1``: besides the two ends, each route probes one rank.
+# one seed. ``max_probes=1``: each route probes one rank below its upper end.
 import os
 
 import matplotlib.pyplot as plt

@@ -218,16 +218,36 @@ def test_unknown_setting():
 
 
 def test_two_feature_maps_in_memory():
+    # a construction without refinement fails below the constructive rank, so the
+    # training route (both maps side by side) searches below it and wins
     res = scaling_experiment(sizes=(8,), feature_maps=("table", "exp"), seeds=(0,),
                              softmax_seeds=(0,), kernel={"max_epochs": 300},
-                             softmax={"max_epochs": 300}, design_bits=(8,),
+                             softmax={"max_epochs": 300},
+                             construction={"steps": 0, "nmf_iter": 1}, design_bits=(8,),
                              progress=False, figures=False)
     row = res.summary.iloc[0]
     assert {"training_rank_table", "training_rank_exp"} <= set(res.summary.columns)
-    assert row["training_rank"] == min(r for r in (row["training_rank_table"],
-                                                   row["training_rank_exp"]) if r is not pd.NA)
-    assert set(res.results.loc[res.results["model"] == "kernel", "feature_map"]) == {"table", "exp"}
+    assert row["construction_rank"] == row["constructive_rank"] == 4
+    assert row["training_rank"] == min(row["training_rank_table"], row["training_rank_exp"])
+    assert row["smallest_solving_rank"] == row["training_rank"] < 4
+    assert row["upper_route"].startswith("training")
+    assert row["failed_rank_below"] == row["training_failed_below"] < row["training_rank"]
+    k = res.results[res.results["model"] == "kernel"]
+    assert set(k["feature_map"]) == {"table", "exp"}
+    assert (k["rank"] < row["construction_rank"]).all()
     assert res.files == {} and row["solver"] is None
+
+
+def test_training_searches_below_the_construction(tiny_run):
+    _, res, _ = tiny_run
+    k = res.results[res.results["model"] == "kernel"]
+    for _, row in res.summary.iterrows():
+        ranks = k.loc[k["n_bits"] == row["n_bits"], "rank"]
+        assert (ranks < row["construction_rank"]).all()
+        if row["construction_rank"] == row["certified_min_rank"]:
+            # nothing to search below the bound: the control alone, and no training rank
+            assert set(ranks) == {row["certified_min_rank"] - 1}
+            assert pd.isna(row["training_rank"])
 
 
 def test_run_experiment_and_command_line(tmp_path, monkeypatch, capsys):

@@ -7,13 +7,15 @@ solves it:
 * **lower** -- the certified minimum rank, recomputed from the sequences by
   :func:`~minip_learn.theory.certify` (see :ref:`theory-r5`);
 * **upper** -- the smallest rank at which a head is *verified* to solve every sequence
-  (``|p - t| < 1/2`` at every position, predictions in float64). Two routes look for it:
-  *training* (a search over ranks between the two ends: the rank just below the
-  upper end first, then a bisection; several seeds per rank trained as one batched
-  ensemble) and *construction* (a nonnegative rank-``r``
-  factorisation ``P Q^T`` of a solving kernel plugged into the kernel head of
-  :ref:`theory-r3`, see :func:`factorized_kernel_head`). The smaller verified rank is
-  reported with the route that gave it, and its model is saved as the proof;
+  (``|p - t| < 1/2`` at every position, predictions in float64). Two routes look for it,
+  in this order: *construction* (the exact head of :ref:`theory-r3` at the constructive
+  rank, then nonnegative rank-``r`` factorisations ``P Q^T`` of a solving kernel
+  plugged into that head below it, see :func:`factorized_kernel_head`) and *training*
+  (a search below the construction's verified rank: the rank just below it first,
+  then a bisection; several seeds per rank trained as one batched ensemble). Each
+  search probes at most ``max_probes`` ranks, so the result is a bracket: the
+  smallest rank found to solve and the largest found to fail. The smaller verified
+  rank is reported with the route that gave it, and its model is saved as the proof;
 * **constructive** -- the number of distinct tokens (the exact realisation of
   :ref:`theory-r3`),
 
@@ -59,8 +61,11 @@ SETTINGS = {
         feature_maps=("table",),
         seeds=(0, 1),
         softmax_seeds=(0, 1),
-        kernel=dict(max_epochs=1000, stop_tolerance=0.5),
-        # the default lr (0.01) needs 400-750 epochs on the Hadamard suites of m = 16, 20
+        # the training route probes below the construction's verified rank; at
+        # m = 16, 20 those fits fail after 500 epochs with max errors 1.81-1.87 and
+        # 2.24-2.47 (table map), after 1,000 epochs with 1.84-1.88 and 2.37-2.38
+        kernel=dict(max_epochs=500, stop_tolerance=0.5),
+        # the default lr (0.01) needs 400-850 epochs on the Hadamard suites of m = 16, 20
         softmax=dict(max_epochs=1500, stop_tolerance=0.5, n_init=2),
         construction=dict(seeds=(0,), nmf_iter=200, steps=300, lr=0.05, margin=0.1),
         # ranks probed by each route's search between the two ends (None: until the
@@ -69,18 +74,27 @@ SETTINGS = {
         design_bits=tuple(range(8, 129, 8)),
     ),
     "full": dict(
+        # n_bits = 24, 28, 32 give certified 17, 17, 36 and constructive 46, 92, 171
         sizes=(8, 12, 16, 20, 24, 28, 32),
         suite=dict(seq_len=3, max_sequences=20000),
         feature_maps=("table", "exp"),
         seeds=(0, 1, 2, 3, 4),
         softmax_seeds=(0, 1, 2, 3, 4),
-        kernel=dict(max_epochs=2000, stop_tolerance=0.5),
-        softmax=dict(max_epochs=3000, stop_tolerance=0.5, n_init=4),
-        construction=dict(seeds=(0, 1), nmf_iter=500, steps=2000, lr=0.05, margin=0.1),
-        max_probes=None,
+        # the training route probes below the construction's verified rank, where
+        # every fit so far ran its whole budget; five seeds of rank 171 on the m = 32
+        # suite (7,998 sequences) take 0.7 s per epoch and map on an idle core, and the
+        # two maps' ensembles (ranks 35 and 170) took 830 s side by side on 2 shared cores
+        kernel=dict(max_epochs=500, stop_tolerance=0.5),
+        # at m = 32 the default lr (0.01) solves in 1,380-1,730 epochs; some
+        # initialisations stall (max error 8.7 after 3,000 epochs, with or without
+        # weight decay) and the next restart solves; lr = 0.03 diverges on one seed
+        softmax=dict(max_epochs=2500, stop_tolerance=0.5, n_init=3),
+        construction=dict(seeds=(0,), nmf_iter=200, steps=300, lr=0.05, margin=0.1),
+        max_probes=3,
         design_bits=tuple(range(8, 129, 8)),
     ),
 }
+
 
 #: Columns of ``summary.csv``, one row per ``n_bits``.
 SUMMARY_COLUMNS = (
@@ -394,6 +408,12 @@ def _bisect(lo, hi, solves, max_probes=None):
     return lo, hi
 
 
+def _largest_below(ranks, limit):
+    """The largest of ``ranks`` (None left out) below ``limit`` (None: no limit)."""
+    ranks = [r for r in ranks if r is not None and (limit is None or r < limit)]
+    return max(ranks) if ranks else None
+
+
 def _digest(obj):
     return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
@@ -490,33 +510,50 @@ def _construction_route(suite, m, cfg, out, bound, constructive):
     return hi, (lo if lo >= bound else None), solvers[hi], rows, store
 
 
-def _training_route(recipe, suite, m, fm, bound, constructive):
-    """Bisection over ranks with trained heads: a control fit below the bound, then
-    the constructive rank, then the ranks between."""
+def _training_route(recipe, suite, m, bound, upper):
+    """Searches with trained heads below the construction's verified rank ``upper``.
+
+    The first sweep trains, for every feature map at once (one batched ensemble per
+    map, the maps side by side), a control fit one rank below the certified bound and
+    the rank just below ``upper``; a rank that solves continues a bisection down to
+    the control, per map. Returns ``{map: (smallest solving rank or None, largest
+    failing rank or None, estimator)}``, the result frames and ``[computed, resumed]``.
+    """
     cfg = recipe.cfg
-    est = KernelAttentionRegressor(feature_map=fm, **cfg["kernel"])
-    parts, fitted = [], {}
+    maps = list(cfg["feature_maps"])
+    est = KernelAttentionRegressor(**cfg["kernel"])
+    parts, fitted, tried = [], {}, {}
     counts = [0, 0]
 
-    def sweep(*ranks):
+    def sweep(ranks, fms):
         res = recipe.sweep(
-            est, suite.X, suite.y, name=f"scaling-m{m}-{fm}", estimators=True,
-            ranks=[int(r) for r in ranks], seeds=list(cfg["seeds"]),
-            tags={"model": "kernel", "n_bits": m})
+            est, suite.X, suite.y, name=f"scaling-m{m}-kernel", estimators=True,
+            ranks=sorted({int(r) for r in ranks}), seeds=list(cfg["seeds"]),
+            param_grid={"feature_map": list(fms)}, tags={"model": "kernel", "n_bits": m})
         counts[0] += res.n_computed
         counts[1] += res.n_resumed
         parts.append(res.results)
-        ok = res.results[res.results["solved"]].sort_values("max_abs_error")
-        for rank, g in ok.groupby("rank"):
-            fitted[int(rank)] = res.estimators.get(g["fit_id"].iloc[0])
-        return int(ranks[-1]) in fitted
+        for (fm, rank), g in res.results.groupby(["feature_map", "rank"]):
+            ok = g[g["solved"]].sort_values("max_abs_error")
+            tried[fm, int(rank)] = len(ok) > 0
+            if len(ok):
+                fitted[fm, int(rank)] = res.estimators.get(ok["fit_id"].iloc[0])
 
-    # the constructive rank, with a control one below the bound (where the theorem
-    # says no seed may solve) in the same batched ensemble
-    if not sweep(*([bound - 1] if bound > 1 else []), constructive):
-        return None, None, None, parts, counts
-    lo, hi = _bisect(bound - 1, constructive, sweep, cfg["max_probes"])
-    return hi, (lo if lo >= 1 else None), fitted.get(hi), parts, counts
+    first = [r for r in (bound - 1, upper - 1) if r >= max(1, bound - 1)]
+    if first:
+        sweep(first, maps)
+    routes = {}
+    for fm in maps:
+        def solves(rank, fm=fm):
+            if (fm, rank) not in tried:
+                sweep([rank], [fm])
+            return tried[fm, rank]
+
+        lo, hi = _bisect(bound - 1, upper, solves, cfg["max_probes"])
+        found = hi < upper  # the bisection lowers ``hi`` only to a rank that solved
+        routes[fm] = (hi if found else None, lo if lo >= 1 else None,
+                      fitted.get((fm, hi)) if found else None)
+    return routes, parts, counts
 
 
 def _results_frame(parts):
@@ -536,12 +573,13 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
     For every size ``m`` in ``sizes``: the witness suite
     ``make_witness_suite(n_bits=m, **suite)``; its certified minimum rank (recomputed
     by :func:`~minip_learn.theory.certify`); the smallest rank at which a kernel head is
-    verified to solve it, from two routes -- *training* (per feature map: a control fit
-    at ``certified - 1`` and the constructive rank, then the rank just below the
-    smallest solving one and, when that solves, a bisection down to the control; every
-    rank with all ``seeds`` trained as one batched ensemble) and *construction* (the
-    same search with :func:`factorized_kernel_head`, the exact head of
-    :ref:`theory-r3` at the constructive rank); the constructive rank; and dense
+    verified to solve it, from two routes -- *construction* (the exact head of
+    :ref:`theory-r3` at the constructive rank, then the rank just below it and, when
+    that solves, a bisection towards the bound, with :func:`factorized_kernel_head`)
+    and then *training* (the same search below the construction's verified rank; the
+    first sweep trains every feature map side by side, each one batched ensemble of
+    all ``seeds`` holding a control fit at ``certified - 1`` and the rank just below
+    the construction's); the constructive rank; and dense
     softmax heads with ``score_dim = m`` over ``softmax_seeds``. The verified head at
     the smallest rank is saved as ``solvers/m{m}-rank{r}.joblib``, reloaded, and checked
     again (float64, :func:`verify_solver`) before it is reported.
@@ -549,8 +587,9 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
     Parameters
     ----------
     quick : bool, default=True
-        Use ``SETTINGS["scaling"]["quick"]`` (sizes 8-20, ``table`` maps, two seeds: a
-        few minutes on 2 cores) instead of ``"full"``.
+        Use ``SETTINGS["scaling"]["quick"]`` (sizes 8-20, ``table`` maps, two seeds:
+        under a minute on 2 cores) instead of ``"full"`` (sizes 8-32, ``table`` and
+        ``exp`` maps, five seeds: about 25 minutes on 2 cores with ``n_jobs=2``).
     out : str or path, default=None
         Folder for ``results.csv`` (one row per fit or construction), ``summary.csv``
         (one row per size, the columns
@@ -625,22 +664,20 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
         certify_time = time.perf_counter() - tc
         constructive = len(np.unique(suite.X.reshape(-1, m), axis=0))
 
-        # training route, per feature map
-        training, m_parts = {}, []
-        for fm in cfg["feature_maps"]:
-            hi, lo, est, fits, counts = _training_route(recipe, suite, m, fm, bound,
-                                                        constructive)
-            training[fm] = (hi, lo, est)
-            m_parts += fits
-            n_computed += counts[0]
-            n_resumed += counts[1]
-
-        # construction route
+        # construction route: the exact head of R3 at the constructive rank, then
+        # factorisations below it
         c_hi, c_lo, c_est, c_rows, store = _construction_route(
             suite, m, cfg, out, bound, constructive)
-        m_parts.append(pd.DataFrame(c_rows))
+        m_parts = [pd.DataFrame(c_rows)]
         n_computed += store.n_computed
         n_resumed += store.n_resumed
+
+        # training route, below the construction's verified rank (every map at once)
+        training, fits, counts = _training_route(
+            recipe, suite, m, bound, constructive + 1 if c_hi is None else c_hi)
+        m_parts += fits
+        n_computed += counts[0]
+        n_resumed += counts[1]
 
         # dense softmax with m-dimensional scores, one seed at a time (their n_init
         # restarts stop at the first initialisation that solves)
@@ -658,16 +695,18 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
         fits = _results_frame(m_parts)
         fit_time = fits.groupby("model")["fit_time"].sum()
 
-        # the smaller verified rank of the two routes (ties: training)
-        found = [(hi, lo, est, f"training ({fm})") for fm, (hi, lo, est) in training.items()
-                 if hi is not None]
-        t_best = min(found, key=lambda f: f[0]) if found else (None, None, None, None)
-        candidates = [f for f in (t_best, (c_hi, c_lo, c_est, "construction"))
-                      if f[0] is not None and f[2] is not None]
+        # the smaller verified rank of the two routes (ties: training); below it, the
+        # largest rank that a route probed and found failing
+        found = [(hi, est, f"training ({fm})") for fm, (hi, _, est) in training.items()
+                 if hi is not None and est is not None]
+        t_hi = min(found, key=lambda f: f[0])[0] if found else None
+        t_lo = _largest_below([lo for _, lo, _ in training.values()], t_hi)
+        candidates = found + ([(c_hi, c_est, "construction")] if c_est is not None else [])
         upper = failed = route = solver_path = None
         solver_err = float("nan")
         if candidates:
-            upper, failed, solver, route = min(candidates, key=lambda f: f[0])
+            upper, solver, route = min(candidates, key=lambda f: f[0])
+            failed = _largest_below([t_lo, c_lo], upper)
             solver_err = verify_solver(solver, suite.X, suite.y)
             if out is not None:
                 import joblib
@@ -683,8 +722,8 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
             construction=suite.construction, n_sequences=len(suite.X),
             n_tokens=constructive, certified_min_rank=bound,
             smallest_solving_rank=upper, failed_rank_below=failed, upper_route=route,
-            constructive_rank=constructive, training_rank=t_best[0],
-            training_failed_below=t_best[1], construction_rank=c_hi,
+            constructive_rank=constructive, training_rank=t_hi,
+            training_failed_below=t_lo, construction_rank=c_hi,
             construction_failed_below=c_lo, softmax_score_dim=m,
             softmax_solved=(float(soft.results["solved"].mean()) if soft is not None
                             else float("nan")),
@@ -795,8 +834,12 @@ def _markdown(summary, growth, checks, cfg):
     table = pd.DataFrame({head: summary[col] for head, col in _DISPLAY_COLUMNS.items()})
     text = (f"Witness suites `make_witness_suite(n_bits=m, {_settings_text(cfg['suite'])})`; "
             f"kernel maps {list(cfg['feature_maps'])}, seeds {list(cfg['seeds'])} per rank "
-            f"({_settings_text(cfg['kernel'])}); softmax (score_dim = m) seeds "
-            f"{list(cfg['softmax_seeds'])}.")
+            f"({_settings_text(cfg['kernel'])}); construction seeds "
+            f"{list(cfg['construction']['seeds'])} "
+            f"({_settings_text({k: v for k, v in cfg['construction'].items() if k != 'seeds'})}); "
+            f"at most {cfg['max_probes'] or 'unlimited'} probes per search; softmax "
+            f"(score_dim = m) seeds {list(cfg['softmax_seeds'])} "
+            f"({_settings_text(cfg['softmax'])}).")
     note = None if growth is None else (
         "Growth (least squares of log2 rank against m):\n\n" + _growth_lines(growth))
     return _report("Rank sandwich across n_bits", text, table, checks,
