@@ -31,7 +31,7 @@ def data():
 @pytest.mark.parametrize("name", list(CASES))
 def test_fit_vs_hand_loop(benchmark, bench_record, quick, data, name):
     X, y = data
-    epochs, rounds = (100, 3) if quick else (300, 3)
+    epochs, rounds = (100, 3) if quick else (300, 7)
     est = clone(CASES[name]).set_params(max_epochs=epochs)
     loop_est = clone(CASES[name])
     est.fit(X, y)  # warm-up: lazy imports, allocator
