@@ -123,14 +123,22 @@ def test_any_leading_dimensions():
 
 
 def test_one_member_costs_the_plain_head():
-    # generic path: the template's forward without vmap; fused path: same numbers
+    # one member: the head's own forward on views of the stacked parameters, the same
+    # numbers and gradients as the head itself, for fused and unfused heads alike
     x = _tokens(30, 3)
     soft = SoftmaxAttentionHead(5).double()
     ens = HeadEnsemble([soft])
-    assert ens.path == "generic" and "SoftmaxAttentionHead" in ens.path_reason
+    assert ens.path == "single" and "SoftmaxAttentionHead" in ens.path_reason
     torch.testing.assert_close(ens(x)[0], soft(x), rtol=0, atol=0)
     head = _heads("elu+1", (4,), x)[0]
-    torch.testing.assert_close(HeadEnsemble([head])(x)[0], head(x), rtol=0, atol=1e-12)
+    ens = HeadEnsemble([head])
+    out = _check_against_heads(ens, [head], x, 0)
+    assert ens.path == "single" and out.shape == (1, 30, 3)
+    # the template keeps its own parameters between calls; train/eval follows the stack
+    assert all(type(p) is torch.nn.Parameter for p in ens.template.parameters())
+    ens.eval()
+    ens(x)
+    assert not ens.template.training
 
 
 def test_path_reason_names_the_module_that_cannot_fuse():
@@ -224,6 +232,10 @@ def test_pair_path_hands_kernels_below_the_float_range_to_the_position_path():
     plan = ens._pair_plan(x)
     assert plan is not None and ens._pair_forward(x, plan) is None
     out = ens(x)
-    assert ens.path == "fused-positions" and "floating-point range" in ens.path_reason
+    assert ens.path == "single" and "floating-point range" in ens.path_reason
     torch.testing.assert_close(out[0], head(x))
+    two = HeadEnsemble([head, head])
+    out = two(x)
+    assert two.path == "fused-positions" and "floating-point range" in two.path_reason
+    torch.testing.assert_close(out[1], head(x))
     assert torch.isfinite(out).all()

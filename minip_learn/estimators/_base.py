@@ -27,6 +27,7 @@ from .._validation import (
     check_params,
     check_sequences,
     check_targets,
+    distinct_tokens,
 )
 from ..metrics import TOLERANCE, sequence_exact_match
 from ..training import absolute_error, build_net, train_members
@@ -278,12 +279,14 @@ class _AttentionEstimator(BaseEstimator):
                 "several members train as one stack only for single heads with an "
                 "affine readout.")
         res = self._train(X3, y2, members, checked, batched=True, progress=progress)
+        tokens = distinct_tokens(X3.reshape(-1, X3.shape[2]))  # once for every member
         for est, member, (module_params, _) in zip(ests, res.members, members):
-            est._set_fitted_state(member, X3, module_params, fitted)
+            est._set_fitted_state(member, X3, module_params, fitted, tokens=tokens)
         return Bunch(estimators=ests, n_members=res.n_members, path=res.path)
 
-    def _set_fitted_state(self, member, X3, module_params, fitted):
-        """Set every fitted attribute from a trained member (``fit``, ``fit_members``)."""
+    def _set_fitted_state(self, member, X3, module_params, fitted, tokens=None):
+        """Set every fitted attribute from a trained member (``fit``, ``fit_members``);
+        ``tokens``: the distinct tokens of ``X3`` when already known."""
         self.__dict__.pop("vocabulary_", None)
         vocab = module_params.get("feature_kwargs", {}).get("vocabulary")
         if vocab is not None:

@@ -147,9 +147,9 @@ class _KernelAttention(_AttentionEstimator):
             for phi in {id(m): m for m in (head.query_features, head.key_features)}.values():
                 check_feature_map_output(phi, tokens, params["feature_map"])
 
-    def _set_fitted_state(self, member, X3, module_params, fitted):
+    def _set_fitted_state(self, member, X3, module_params, fitted, tokens=None):
         super()._set_fitted_state(member, X3, module_params, fitted)
-        self.kernel_min_ = self._kernel_min(X3)
+        self.kernel_min_ = self._kernel_min(X3 if tokens is None else tokens)
         return self
 
     def _set_fitted_module(self, module):
@@ -157,13 +157,14 @@ class _KernelAttention(_AttentionEstimator):
         self.kernel_min_ = float("nan")  # no training tokens
         return self
 
-    def _kernel_min(self, X3):
-        """Smallest kernel value over pairs of training tokens, over the heads that
-        read the tokens (the first layer); see ``kernel_min_``."""
+    def _kernel_min(self, tokens):
+        """Smallest kernel value over pairs of training tokens (any array of them, e.g.
+        the sequences or their distinct tokens), over the heads that read the tokens
+        (the first layer); see ``kernel_min_``."""
         module = self.net_.module_
         heads = getattr(module, "layers", [[module]])[0]
         seed = self.KERNEL_MIN_RANDOM_STATE
-        return min(head.kernel_min(X3, random_state=seed) for head in heads)
+        return min(head.kernel_min(tokens, random_state=seed) for head in heads)
 
     def _module_class(self, module_params):
         # the single head of the theorem with the defaults, the general model otherwise

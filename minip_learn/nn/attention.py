@@ -330,38 +330,72 @@ def kernel_readout(alpha, g, b, *, nonnegative, eps=1e-3):
     return ((a * g).sum(0) / den).movedim(0, -1) + b
 
 
-class _RowSums(torch.autograd.Function):
-    """``rows @ z`` for a constant sparse matrix ``rows`` (CSR), differentiable in ``z``;
-    the backward multiplies by the precomputed transpose ``rows_t`` (CSR)."""
+def _guard_slope(den, *, nonnegative, eps):
+    """Derivative of :func:`guard_denominator` at ``den`` (0 or 1)."""
+    if nonnegative:
+        return den > 0
+    return den.abs() > eps
+
+
+class _PairReadout(torch.autograd.Function):
+    """The forward and hand-written backward of :func:`pair_readout` on ``(k, P)``
+    pair values, in the position-major layout ``(R, k)``: the sums over keys are one
+    sparse product with ``rows`` (backward: with ``rows_t``) and every elementwise
+    step runs over contiguous rows of the ``k`` members, with no transposed copy of
+    a ``(positions x members)`` tensor."""
 
     @staticmethod
-    def forward(ctx, z, rows, rows_t):
+    def forward(ctx, alpha, g, b, token_of, rows, rows_t, nonnegative, eps):
+        k = alpha.shape[0]
+        z = torch.cat([alpha * g, alpha]).T.contiguous()  # (P, 2k): small
+        s = rows @ z  # (R, 2k)
+        num, den = s[:, :k], s[:, k:]
+        gd = guard_denominator(den, nonnegative=nonnegative, eps=eps)
+        ratio = num / gd
+        out = ratio + b.T.contiguous().index_select(0, token_of)
+        ctx.save_for_backward(alpha, g, token_of, ratio, gd,
+                              _guard_slope(den, nonnegative=nonnegative, eps=eps))
         ctx.rows_t = rows_t
-        return rows @ z
+        ctx.n_tokens = b.shape[1]
+        return out.T  # (k, R), laid out position-major
 
     @staticmethod
     def backward(ctx, grad):
-        return ctx.rows_t @ grad, None, None
+        alpha, g, token_of, ratio, gd, slope = ctx.saved_tensors
+        k = alpha.shape[0]
+        G = grad.T.contiguous()  # (R, k)
+        gs = torch.empty(G.shape[0], 2 * k, dtype=G.dtype, device=G.device)
+        gnum = torch.div(G, gd, out=gs[:, :k])
+        torch.mul(gnum, ratio, out=gs[:, k:]).neg_().mul_(slope)
+        gz = (ctx.rows_t @ gs).T  # (2k, P)
+        g_ag, g_a = gz[:k], gz[k:]
+        grad_alpha = torch.addcmul(g_a, g_ag, g)
+        grad_g = g_ag * alpha
+        grad_b = G.new_zeros(ctx.n_tokens, k).index_add_(0, token_of, G).T
+        return grad_alpha, grad_g, grad_b, None, None, None, None, None
 
 
-def pair_readout(alpha, g, b, rows, rows_t, *, nonnegative, eps=1e-3):
+def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3):
     """Affine readout of positions whose (query, key) token pairs are listed by a
     sparse matrix, from the kernel and the readout-value products on the token pairs.
 
-    For every output position ``i`` (a query position of some sequence),
-    ``y_i = sum_p R_ip alpha_p g_p / guard(sum_p R_ip alpha_p) + b_i``, where ``R_ip``
-    counts the keys of ``i``'s sequence that form the token pair ``p`` with ``i``'s
-    token: :func:`kernel_readout` with the sums over keys written as one sparse matrix
-    product, so no ``(positions x keys)`` tensor is formed (sequences drawn from few
-    distinct tokens, e.g. a witness suite). ``alpha`` may carry any positive scale per
-    query token (the normalisation divides it out).
+    For every output position ``i`` (a query position of some sequence, with query
+    token ``t(i)``), ``y_i = sum_p R_ip alpha_p g_p / guard(sum_p R_ip alpha_p) +
+    b_t(i)``, where ``R_ip`` counts the keys of ``i``'s sequence that form the token
+    pair ``p`` with ``i``'s token: :func:`kernel_readout` with the sums over keys
+    written as one sparse matrix product, so no ``(positions x keys)`` tensor is
+    formed (sequences drawn from few distinct tokens, e.g. a witness suite).
+    ``alpha`` may carry any positive scale per query token (the normalisation divides
+    it out). The backward is written by hand.
 
     Parameters
     ----------
     alpha, g : Tensor of shape (..., P)
         Kernel and readout-value products ``<w(x), v(z)>`` on ``P`` token pairs.
-    b : Tensor of shape (..., R)
-        Readout bias of every output position.
+    b : Tensor of shape (..., U)
+        Readout bias of every token.
+    token_of : LongTensor of shape (R,)
+        The query token of every output position.
     rows, rows_t : sparse CSR Tensor of shape (R, P) and (P, R)
         The pair counts ``R`` and their transpose, in the dtype of ``alpha``.
     nonnegative : bool
@@ -371,6 +405,7 @@ def pair_readout(alpha, g, b, rows, rows_t, *, nonnegative, eps=1e-3):
     Returns
     -------
     Tensor of shape (..., R)
+        Laid out position-major (the leading dimensions vary fastest).
 
     Examples
     --------
@@ -378,17 +413,15 @@ def pair_readout(alpha, g, b, rows, rows_t, *, nonnegative, eps=1e-3):
     >>> from minip_learn.nn import attention
     >>> rows = torch.tensor([[1.0, 2.0], [0.0, 1.0]]).to_sparse_csr()
     >>> alpha, g = torch.tensor([1.0, 3.0]), torch.tensor([2.0, 4.0])
-    >>> attention.pair_readout(alpha, g, torch.zeros(2), rows, rows.t().to_sparse_csr(),
-    ...                        nonnegative=True)  # (2 + 24) / 7, 12 / 3
+    >>> attention.pair_readout(alpha, g, torch.zeros(1), torch.tensor([0, 0]), rows,
+    ...                        rows.t().to_sparse_csr(), nonnegative=True)  # 26 / 7, 12 / 3
     tensor([3.7143, 4.0000])
     """
     lead = alpha.shape[:-1]
     k = alpha[..., 0].numel()
-    z = torch.cat([(alpha * g).reshape(k, -1), alpha.reshape(k, -1)]).T
-    # (R, 2k) -> (2k, R): the elementwise work below runs over contiguous positions
-    num, den = _RowSums.apply(z, rows, rows_t).T.contiguous().split(k)
-    den = guard_denominator(den, nonnegative=nonnegative, eps=eps)
-    return (num / den).reshape(lead + (-1,)) + b
+    out = _PairReadout.apply(alpha.reshape(k, -1), g.reshape(k, -1), b.reshape(k, -1),
+                             token_of, rows, rows_t, nonnegative, eps)
+    return out.reshape(lead + (-1,))
 
 
 def sketch(phi_k, v):

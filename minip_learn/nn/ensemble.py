@@ -12,7 +12,7 @@ Buffers that are equal in every member (e.g. the vocabulary of the ``table`` map
 kept unbatched and shared; buffers that differ (e.g. the random directions of
 ``favor+``) are stacked like the parameters.
 
-Two paths, chosen from what the modules declare (never from the names of their
+The paths, chosen from what the modules declare (never from the names of their
 parameters) and reported by :attr:`HeadEnsemble.path`:
 
 * **fused**: kernel heads whose feature maps declare a batched form
@@ -23,7 +23,10 @@ parameters) and reported by :attr:`HeadEnsemble.path`:
   their pairs (``"fused-pairs"``);
 * **generic**: any other head runs its own forward on the stacked parameters
   (:func:`torch.func.functional_call`, vectorised with :func:`torch.func.vmap` over the
-  members).
+  members);
+* **single**: a stack of one member runs the head's own forward on views of its
+  parameters (what a single ``fit`` trains: the cost of the plain head), except where
+  the pair form applies.
 
 No scikit-learn in this layer.
 """
@@ -41,7 +44,7 @@ from . import attention
 
 __all__ = ["HeadEnsemble"]
 
-PATHS = ("fused-pairs", "fused-positions", "generic")
+PATHS = ("fused-pairs", "fused-positions", "generic", "single")
 
 
 def _fused_obstacle(template):
@@ -133,13 +136,13 @@ class HeadEnsemble(nn.Module):
         The stacked parameters, one per name, of shape ``(E, *template_shape)``.
     ranks : list of int or None
         Rank of each member (kernel heads), else None.
-    path : {"fused-pairs", "fused-positions", "generic"}
-        The path of the last forward (before the first one: ``"fused-positions"`` when
-        the fused path is available, else ``"generic"``). The fused path is available
-        exactly when the template declares it (:class:`KernelAttentionHead
-        <minip_learn.nn.KernelAttentionHead>` whose feature maps have a
-        ``fused_form``); it takes the pair form when the tokens of the input repeat
-        enough (e.g. a witness suite).
+    path : {"fused-pairs", "fused-positions", "generic", "single"}
+        The path of the last forward (before the first one: ``"single"`` for one
+        member, else ``"fused-positions"`` when the fused path is available, else
+        ``"generic"``). The fused path is available exactly when the template declares
+        it (:class:`KernelAttentionHead <minip_learn.nn.KernelAttentionHead>` whose
+        feature maps have a ``fused_form``); it takes the pair form when the tokens of
+        the input repeat enough (e.g. a witness suite), also for one member.
     path_reason : str
         Why: for ``"generic"`` the module that declares no fused form and why.
 
@@ -231,8 +234,19 @@ class HeadEnsemble(nn.Module):
         self._fast = obstacle is None
         self.path = "fused-positions" if self._fast else "generic"
         self.path_reason = obstacle or "every map declares a fused form"
+        if self.n_members == 1:
+            self.path, self.path_reason = "single", self._single_reason()
         self._input_cache = None
         self._paths = {id(mod): name for name, mod in template.named_modules()}
+        modules = dict(template.named_modules())
+
+        def slot(name):  # the module that holds ``name``, and its attribute
+            owner, _, attr = name.rpartition(".")
+            return modules[owner], attr
+
+        self._slots = ([(slot(n), "_parameters", n) for n in self.names]
+                       + [(slot(n), "_buffers", n) for n in self._shared_names]
+                       + [(slot(n), "_buffers", n) for n in self._stacked_names])
 
     @staticmethod
     def _shape_differs(head, template):
@@ -261,8 +275,12 @@ class HeadEnsemble(nn.Module):
         template's modules at construction; pairs or positions chosen per input).
         """
         if not self._fast:
-            return self._vmap_forward(x)
+            return self._single_forward(x) if self.n_members == 1 else self._vmap_forward(x)
         return self._fast_forward(x)
+
+    def _single_reason(self, why=None):
+        why = why or ("" if self._fast else f" ({self.path_reason})")
+        return f"one member: the head's own forward on its parameters{why}"
 
     def _fast_forward(self, x):
         plan = self._pair_plan(x)  # None: the tokens repeat too little
@@ -273,12 +291,39 @@ class HeadEnsemble(nn.Module):
             self.path_reason = (f"{plan.n_tokens} distinct tokens at {n_positions} positions: "
                                 "maps on the distinct tokens, kernel on their pairs")
             return out
+        underflow = ("a kernel value of an occurring token pair is below the "
+                     "floating-point range when shifted per token")
+        if self.n_members == 1:
+            self.path = "single"
+            self.path_reason = self._single_reason(None if plan is None else f" ({underflow})")
+            return self._single_forward(x)
         self.path = "fused-positions"
         self.path_reason = (
             "every member's token maps at once, attention per position" if plan is None else
-            "a kernel value of an occurring token pair is below the floating-point range "
-            "when shifted per token: attention per position, shifted per sequence")
+            f"{underflow}: attention per position, shifted per sequence")
         return self._position_forward(x)
+
+    def _single_forward(self, x):
+        """The one member's output: the template's forward with its parameters and
+        buffers swapped for (views of) the member's for the call."""
+        template = self.template
+        if template.training != self.training:
+            template.train(self.training)
+        shared, stacked = self._buffer_dicts()
+        # squeezed, not selected: the gradient of a squeeze is a view, not a zero-filled copy
+        values = ([p.squeeze(0) for p in self.params]
+                  + [shared[n] for n in self._shared_names]
+                  + [stacked[n].squeeze(0) for n in self._stacked_names])
+        saved = []
+        try:
+            for ((module, attr), kind, _), value in zip(self._slots, values):
+                store = getattr(module, kind)
+                saved.append((store, attr, store[attr]))
+                store[attr] = value
+            return template(x).unsqueeze(0)
+        finally:
+            for store, attr, value in saved:
+                store[attr] = value
 
     def _cached(self, x, key, make):
         """``make()`` cached for the input ``x``: the same tensor object, not modified
@@ -332,9 +377,6 @@ class HeadEnsemble(nn.Module):
         def one(p, b, xx):
             return functional_call(template, (p, b, shared), (xx,))
 
-        if self.n_members == 1:  # no vmap: exactly the cost of the plain head
-            first = {n: v.squeeze(0) for n, v in params.items()}
-            return one(first, {n: v.squeeze(0) for n, v in stacked.items()}, x).unsqueeze(0)
         return vmap(one, in_dims=(0, 0, None))(params, stacked, x)
 
     # -- the fused path ------------------------------------------------------------------
@@ -420,7 +462,7 @@ class HeadEnsemble(nn.Module):
         rows, rows_t = plan.rows, plan.rows_t
         if rows.dtype != alpha.dtype:
             rows, rows_t = rows.to(alpha.dtype), rows_t.to(alpha.dtype)
-        out = attention.pair_readout(alpha, g, b.index_select(1, plan.token_of), rows, rows_t,
+        out = attention.pair_readout(alpha, g, b, plan.token_of, rows, rows_t,
                                      nonnegative=t.nonnegative, eps=t.denominator_eps)
         return out.reshape(out.shape[:1] + x.shape[:-1])
 

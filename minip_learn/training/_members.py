@@ -18,6 +18,7 @@ import torch
 from sklearn.utils import Bunch, check_random_state
 from skorch.history import History
 
+from ..metrics import TOLERANCE
 from ..nn import HeadEnsemble
 from ._callbacks import (
     MemberLog,
@@ -82,7 +83,10 @@ device, verbose
 
 def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, callbacks,
                  progress, seed):
-    """Train the heads of ``nets`` as one member stack and load the result into them."""
+    """Train the heads of ``nets`` as one member stack and load the result into them.
+
+    Returns the path of the stack and every member's training max error.
+    """
     first = nets[0]
     ens = HeadEnsemble([net.module_ for net in nets])
     E = ens.n_members
@@ -121,7 +125,28 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
         snap = snapshots.get(i) or _member_snapshot(ens, trainer.optimizer_, i)
         _load_member(net, snap)
         net.history = History(_member_rows(rows, i, E, int(n_epochs[i])))
-    return ens
+    return ens.path, _final_errors(ens, nets, X, y, error, stop_tolerance)
+
+
+def _final_errors(ens, nets, X, y, error, stop_tolerance):
+    """Every member's training max error (inf when not finite), from one forward of the
+    trained stack (whose stopped members hold their stopping parameters).
+
+    The stack computes each member's outputs up to floating-point rounding; a member
+    whose error lies within that rounding of a threshold that decides something (its
+    ``stop_tolerance``, the solving tolerance) is measured again through its own head,
+    which is what ``predict`` runs.
+    """
+    with torch.no_grad():
+        ens.eval()
+        errors = member_max_errors(error, ens(X), y).tolist()
+        margin = 64 * torch.finfo(X.dtype).eps * max(1.0, float(y.abs().max()))
+        thresholds = [t for t in (stop_tolerance, TOLERANCE) if t is not None]
+        for i, net in enumerate(nets):
+            if any(abs(errors[i] - t) <= margin for t in thresholds):
+                net.module_.eval()
+                errors[i] = member_max_errors(error, net.infer(X).unsqueeze(0), y).item()
+    return [e if math.isfinite(e) else math.inf for e in errors]
 
 
 def _load_member(net, snap):
@@ -295,31 +320,25 @@ def train_members(module, members, X, y, *, criterion=torch.nn.MSELoss,
         seed = seeds[i][k]
         return build_net(module, seed=seed, init_seed=seed, **net_params, **members[i][0])
 
-    def max_error(net):
-        with torch.no_grad():
-            net.module_.eval()
-            e = member_max_errors(error, net.infer(X).unsqueeze(0), y).item()
-        return e if math.isfinite(e) else math.inf
-
-    out, path, n_trained = [], None, 0
+    out, path, n_trained, errors = [], None, 0, {}
     if batched_restarts:
         keys = [(i, k) for i in range(len(members)) for k in range(n_init)]
         nets = {key: make(*key) for key in keys}
         for group in _stack_groups(keys, nets):
-            ens = _train_stack([nets[key] for key in group], X, y,
-                               seed=seeds[group[0][0]][group[0][1]], **fit)
-            path = getattr(ens, "path", None)
+            path, errs = _train_stack([nets[key] for key in group], X, y,
+                                      seed=seeds[group[0][0]][group[0][1]], **fit)
+            errors.update(zip(group, errs))
         n_trained = len(keys)
     for i in range(len(members)):
         best, err, init_errors = None, math.inf, []
         for k in range(n_init):
             if not batched_restarts:
                 net = make(i, k)
-                ens = _train_stack([net], X, y, seed=seeds[i][k], **fit)
-                path, n_trained = getattr(ens, "path", None), n_trained + 1
+                path, (errors[i, k],) = _train_stack([net], X, y, seed=seeds[i][k], **fit)
+                n_trained += 1
             else:
                 net = nets[(i, k)]
-            e = max_error(net)
+            e = errors[i, k]
             init_errors.append(e)
             if best is None or e < err:
                 best, err = net, e
