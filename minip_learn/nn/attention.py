@@ -330,11 +330,11 @@ def kernel_readout(alpha, g, b, *, nonnegative, eps=1e-3):
     return ((a * g).sum(0) / den).movedim(0, -1) + b
 
 
-def _guard_slope(den, *, nonnegative, eps):
-    """Derivative of :func:`guard_denominator` at ``den`` (0 or 1)."""
-    if nonnegative:
-        return den > 0
-    return den.abs() > eps
+def _row_sums(rows, z):
+    """``rows @ z`` for a sparse CSR ``rows`` and a dense ``z``, written straight into
+    a new tensor (``rows @ z`` fills a zero tensor and copies its result over)."""
+    out = z.new_empty(rows.shape[0], z.shape[1])
+    return torch.addmm(out, rows, z, beta=0, out=out)
 
 
 class _PairReadout(torch.autograd.Function):
@@ -348,13 +348,15 @@ class _PairReadout(torch.autograd.Function):
     def forward(ctx, alpha, g, b, token_of, rows, rows_t, nonnegative, eps):
         k = alpha.shape[0]
         z = torch.cat([alpha * g, alpha]).T.contiguous()  # (P, 2k): small
-        s = rows @ z  # (R, 2k)
+        s = _row_sums(rows, z)  # (R, 2k)
         num, den = s[:, :k], s[:, k:]
         gd = guard_denominator(den, nonnegative=nonnegative, eps=eps)
         ratio = num / gd
         out = ratio + b.T.contiguous().index_select(0, token_of)
-        ctx.save_for_backward(alpha, g, token_of, ratio, gd,
-                              _guard_slope(den, nonnegative=nonnegative, eps=eps))
+        # the guard's slope (0 or 1): a nonnegative kernel's zero denominator has a zero
+        # numerator (every kernel value of the row is 0), so ratio = 0 there already
+        slope = None if nonnegative else (den.abs() > eps).to(den.dtype)
+        ctx.save_for_backward(alpha, g, token_of, ratio, gd, slope)
         ctx.rows_t = rows_t
         ctx.n_tokens = b.shape[1]
         return out.T  # (k, R), laid out position-major
@@ -363,11 +365,13 @@ class _PairReadout(torch.autograd.Function):
     def backward(ctx, grad):
         alpha, g, token_of, ratio, gd, slope = ctx.saved_tensors
         k = alpha.shape[0]
-        G = grad.T.contiguous()  # (R, k)
+        G = grad.T.contiguous()  # (R, k): a view when the loss kept the layout
         gs = torch.empty(G.shape[0], 2 * k, dtype=G.dtype, device=G.device)
         gnum = torch.div(G, gd, out=gs[:, :k])
-        torch.mul(gnum, ratio, out=gs[:, k:]).neg_().mul_(slope)
-        gz = (ctx.rows_t @ gs).T  # (2k, P)
+        gden = torch.mul(gnum, ratio, out=gs[:, k:]).neg_()
+        if slope is not None:
+            gden.mul_(slope)
+        gz = _row_sums(ctx.rows_t, gs).T.contiguous()  # (2k, P): small
         g_ag, g_a = gz[:k], gz[k:]
         grad_alpha = torch.addcmul(g_a, g_ag, g)
         grad_g = g_ag * alpha

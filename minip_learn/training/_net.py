@@ -167,6 +167,12 @@ class MemberLoss(torch.nn.Module):
             total = self.loss(y_pred.squeeze(0), y)
             self.member_losses_ = total.detach().reshape(1)
             return total
-        losses = torch.func.vmap(self.loss, in_dims=(0, None))(y_pred, y)
+        if type(self.loss) is torch.nn.MSELoss and self.loss.reduction == "mean":
+            # elementwise: the gradient keeps the memory layout of y_pred (the pair
+            # path's outputs are position-major)
+            d = y_pred - y
+            losses = (d * d).sum(tuple(range(1, d.ndim))) / d[0].numel()
+        else:
+            losses = torch.func.vmap(self.loss, in_dims=(0, None))(y_pred, y)
         self.member_losses_ = losses.detach()
         return losses.sum()
