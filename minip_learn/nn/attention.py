@@ -368,12 +368,12 @@ class _PairReadout(torch.autograd.Function):
         G = grad.T.contiguous()  # (R, k): a view when the loss kept the layout
         gs = torch.empty(G.shape[0], 2 * k, dtype=G.dtype, device=G.device)
         gnum = torch.div(G, gd, out=gs[:, :k])
-        gden = torch.mul(gnum, ratio, out=gs[:, k:]).neg_()
+        gden = torch.mul(gnum, ratio, out=gs[:, k:])  # minus the denominator's gradient
         if slope is not None:
             gden.mul_(slope)
         gz = _row_sums(ctx.rows_t, gs).T.contiguous()  # (2k, P): small
         g_ag, g_a = gz[:k], gz[k:]
-        grad_alpha = torch.addcmul(g_a, g_ag, g)
+        grad_alpha = torch.addcmul(g_a.neg_(), g_ag, g)
         grad_g = g_ag * alpha
         grad_b = G.new_zeros(ctx.n_tokens, k).index_add_(0, token_of, G).T
         return grad_alpha, grad_g, grad_b, None, None, None, None, None

@@ -76,7 +76,10 @@ device, verbose
         return net.initialize()
     cuda = [torch.device(device)] if torch.device(device).type == "cuda" else []
     with _INIT_LOCK, torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(init_seed)
+        if cuda:
+            torch.manual_seed(init_seed)
+        else:  # the same CPU draws, without torch.manual_seed's lazy CUDA bookkeeping
+            torch.default_generator.manual_seed(init_seed)
         net.initialize()
     return net
 
@@ -121,10 +124,11 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
     rows = list(trainer.history)
     n_epochs = (np.full(E, len(rows), dtype=int) if stopper is None else stopper.n_epochs_)
     snapshots = {} if stopper is None else stopper.snapshots_
+    histories = _member_histories(rows, E, n_epochs)
     for i, net in enumerate(nets):
         snap = snapshots.get(i) or _member_snapshot(ens, trainer.optimizer_, i)
         _load_member(net, snap)
-        net.history = History(_member_rows(rows, i, E, int(n_epochs[i])))
+        net.history = History(histories[i])
     return ens.path, _final_errors(ens, nets, X, y, error, stop_tolerance)
 
 
@@ -162,31 +166,48 @@ def _load_member(net, snap):
                 net.optimizer_.state[p] = dict(snap[n][1])
 
 
-def _member_rows(rows, i, E, n_epochs):
-    """The history of member ``i`` out of the stack's: its own loss, max error and
-    splits; the epoch time shared out equally over the members."""
-    out, best = [], math.inf
-    for row in rows[:n_epochs]:
+_MEMBER_KEYS = ("member_max_error", "member_n_split")
+
+
+def _member_histories(rows, E, n_epochs):
+    """The history of every member out of the stack's: its own loss, max error and
+    splits; the epoch time shared out equally over the members.
+
+    The stack's rows are split once into what every member shares and the per-member
+    lists (``member_loss`` of every batch, ``member_max_error``, ``member_n_split``).
+    """
+    shared = []
+    for row in rows:
         row = dict(row)
+        lists = {k: row.pop(k) for k in _MEMBER_KEYS if k in row}
         batches = [dict(b) for b in row.get("batches", [])]
         member_loss = [b.pop("member_loss", None) for b in batches]
         row["batches"] = batches
         if E > 1:
-            for b, m in zip(batches, member_loss):
-                b["train_loss"] = m[i]
-            sizes = [b["train_batch_size"] for b in batches]
-            loss = float(np.average([m[i] for m in member_loss], weights=sizes))
-            row["train_loss"] = loss
-            row["train_loss_best"] = bool(loss < best)
-            best = min(best, loss)
             row["dur"] = row["dur"] / E
-        errors = row.pop("member_max_error", None)
-        if errors is not None:
-            row["train_max_error"] = errors[i]
-        splits = row.pop("member_n_split", None)
-        if splits is not None and splits[i] is not None:
-            row["n_split"] = splits[i]
-        out.append(row)
+        shared.append((row, batches, member_loss, lists))
+    out = []
+    for i in range(E):
+        member, best = [], math.inf
+        for row, batches, member_loss, lists in shared[:int(n_epochs[i])]:
+            row = dict(row)
+            if E > 1:
+                row["batches"] = [dict(b, train_loss=m[i]) for b, m in zip(batches, member_loss)]
+                if len(batches) == 1:
+                    loss = float(member_loss[0][i])
+                else:
+                    loss = float(np.average([m[i] for m in member_loss],
+                                            weights=[b["train_batch_size"] for b in batches]))
+                row["train_loss"] = loss
+                row["train_loss_best"] = bool(loss < best)
+                best = min(best, loss)
+            if "member_max_error" in lists:
+                row["train_max_error"] = lists["member_max_error"][i]
+            splits = lists.get("member_n_split")
+            if splits is not None and splits[i] is not None:
+                row["n_split"] = splits[i]
+            member.append(row)
+        out.append(member)
     return out
 
 

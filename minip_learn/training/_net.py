@@ -135,6 +135,24 @@ class TrainLoss(Callback):
         net.history.record("train_loss_best", bool(is_best))
 
 
+class _MemberMSE(torch.autograd.Function):
+    """Mean squared error of every member, ``((y_pred - y) ** 2).mean()`` over all but
+    the first dimension; the gradient is one elementwise pass that keeps the memory
+    layout of ``y_pred`` (the pair path's outputs are position-major)."""
+
+    @staticmethod
+    def forward(ctx, y_pred, y):
+        d = y_pred - y
+        ctx.save_for_backward(d)
+        return (d * d).sum(tuple(range(1, d.ndim))) / d[0].numel()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (d,) = ctx.saved_tensors
+        scale = (2 / d[0].numel()) * grad
+        return d * scale.view((-1,) + (1,) * (d.ndim - 1)), None
+
+
 class MemberLoss(torch.nn.Module):
     """The loss of every member of a stack, summed: each member gets its own gradient.
 
@@ -168,10 +186,7 @@ class MemberLoss(torch.nn.Module):
             self.member_losses_ = total.detach().reshape(1)
             return total
         if type(self.loss) is torch.nn.MSELoss and self.loss.reduction == "mean":
-            # elementwise: the gradient keeps the memory layout of y_pred (the pair
-            # path's outputs are position-major)
-            d = y_pred - y
-            losses = (d * d).sum(tuple(range(1, d.ndim))) / d[0].numel()
+            losses = _MemberMSE.apply(y_pred, y)
         else:
             losses = torch.func.vmap(self.loss, in_dims=(0, None))(y_pred, y)
         self.member_losses_ = losses.detach()
