@@ -345,17 +345,17 @@ class _PairReadout(torch.autograd.Function):
     a ``(positions x members)`` tensor."""
 
     @staticmethod
-    def forward(ctx, alpha, g, b, token_of, rows, rows_t, nonnegative, eps):
+    def forward(ctx, alpha, g, b, token_of, rows, rows_t, nonnegative, eps, positive):
         k = alpha.shape[0]
         z = torch.cat([alpha * g, alpha]).T.contiguous()  # (P, 2k): small
         s = _row_sums(rows, z)  # (R, 2k)
         num, den = s[:, :k], s[:, k:]
-        gd = guard_denominator(den, nonnegative=nonnegative, eps=eps)
+        gd = den if positive else guard_denominator(den, nonnegative=nonnegative, eps=eps)
         ratio = num / gd
         out = ratio + b.T.contiguous().index_select(0, token_of)
         # the guard's slope (0 or 1): a nonnegative kernel's zero denominator has a zero
         # numerator (every kernel value of the row is 0), so ratio = 0 there already
-        slope = None if nonnegative else (den.abs() > eps).to(den.dtype)
+        slope = None if nonnegative or positive else (den.abs() > eps).to(den.dtype)
         ctx.save_for_backward(alpha, g, token_of, ratio, gd, slope)
         ctx.rows_t = rows_t
         ctx.n_tokens = b.shape[1]
@@ -376,10 +376,11 @@ class _PairReadout(torch.autograd.Function):
         grad_alpha = torch.addcmul(g_a.neg_(), g_ag, g)
         grad_g = g_ag * alpha
         grad_b = G.new_zeros(ctx.n_tokens, k).index_add_(0, token_of, G).T
-        return grad_alpha, grad_g, grad_b, None, None, None, None, None
+        return grad_alpha, grad_g, grad_b, None, None, None, None, None, None
 
 
-def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3):
+def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3,
+                 positive=False):
     """Affine readout of positions whose (query, key) token pairs are listed by a
     sparse matrix, from the kernel and the readout-value products on the token pairs.
 
@@ -405,6 +406,10 @@ def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3):
     nonnegative : bool
     eps : float, default=1e-3
         As in :func:`guard_denominator`.
+    positive : bool, default=False
+        Whether every kernel value of an occurring pair is known to be positive (e.g.
+        log-domain features checked to lie above the floating-point range): every
+        denominator is then positive and the guard is the identity, which is skipped.
 
     Returns
     -------
@@ -424,7 +429,7 @@ def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3):
     lead = alpha.shape[:-1]
     k = alpha[..., 0].numel()
     out = _PairReadout.apply(alpha.reshape(k, -1), g.reshape(k, -1), b.reshape(k, -1),
-                             token_of, rows, rows_t, nonnegative, eps)
+                             token_of, rows, rows_t, nonnegative, eps, positive)
     return out.reshape(lead + (-1,))
 
 

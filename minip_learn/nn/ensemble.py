@@ -462,8 +462,10 @@ class HeadEnsemble(nn.Module):
         rows, rows_t = plan.rows, plan.rows_t
         if rows.dtype != alpha.dtype:
             rows, rows_t = rows.to(alpha.dtype), rows_t.to(alpha.dtype)
+        # log-domain: every occurring pair's kernel value was just checked to be positive
         out = attention.pair_readout(alpha, g, b, plan.token_of, rows, rows_t,
-                                     nonnegative=t.nonnegative, eps=t.denominator_eps)
+                                     nonnegative=t.nonnegative, eps=t.denominator_eps,
+                                     positive=t.log_domain)
         return out.reshape(out.shape[:1] + x.shape[:-1])
 
     def member_state_dict(self, i):
