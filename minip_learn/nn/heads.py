@@ -230,15 +230,16 @@ class KernelAttentionHead(_Head):
         shift, see :meth:`features`)."""
         return bool(self.query_features.log_domain and self.key_features.log_domain)
 
-    def _map_outputs(self, queries, keys=None):
+    def _map_outputs(self, queries, keys=None, maps=None):
         """Query and key (log-)features before the normalisation's shift and mask.
 
         Log-features when :attr:`log_domain`, else features. ``keys=None`` uses the
-        queries (one sequence); tied maps are evaluated once.
+        queries (one sequence); tied maps are evaluated once. ``maps``: the query and
+        key maps to use instead of the head's own (e.g. copies in another dtype).
         """
         same = keys is None
         keys = queries if same else keys
-        qf, kf = self.query_features, self.key_features
+        qf, kf = maps or (self.query_features, self.key_features)
         f = (lambda fm, t: fm.log_features(t)) if self.log_domain else (lambda fm, t: fm(t))
         fq = f(qf, queries)
         return fq, (fq if same and kf is qf else f(kf, keys))
@@ -347,7 +348,7 @@ class KernelAttentionHead(_Head):
         ``numpy.random.RandomState(random_state)``. Log-domain kernels are
         ``sum_k exp(lq_k + lk_k)``, without the per-row scale of :meth:`kernel`, so
         the value is the kernel itself (never negative).
-        The head is copied to float64; it is left as it is.
+        Its feature maps are copied to float64; the head is left as it is.
 
         Parameters
         ----------
@@ -389,15 +390,19 @@ class KernelAttentionHead(_Head):
             keys = rng.choice(n, side, replace=False)
         param = next(self.parameters(), None)
         device = None if param is None else param.device
-        head = copy.deepcopy(self).to(dtype=torch.float64)
+        # float64 copies of the maps only (a tied map stays tied)
+        qf = copy.deepcopy(self.query_features).to(dtype=torch.float64)
+        kf = (qf if self.key_features is self.query_features else
+              copy.deepcopy(self.key_features).to(dtype=torch.float64))
+        mask = None if self.feature_mask is None else self.feature_mask.to(torch.float64)
         x = torch.as_tensor(tokens, dtype=torch.float64, device=device)
         with torch.no_grad():
-            fq, fk = head._map_outputs(x[torch.as_tensor(queries, device=device)],
-                                       x[torch.as_tensor(keys, device=device)])
-            if head.feature_mask is not None:
-                fq = fq + torch.log(head.feature_mask) if head.log_domain else (
-                    fq * head.feature_mask)
-            if head.log_domain:
+            fq, fk = self._map_outputs(x[torch.as_tensor(queries, device=device)],
+                                       x[torch.as_tensor(keys, device=device)],
+                                       maps=(qf, kf))
+            if mask is not None:
+                fq = fq + torch.log(mask) if self.log_domain else fq * mask
+            if self.log_domain:
                 # exp(lq + lk) summed over features, with a shift per token on each
                 # side (undone after the product): the kernel's true values
                 mq = fq.amax(-1, keepdim=True).clamp_min(-1e300)
