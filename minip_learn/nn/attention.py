@@ -351,8 +351,8 @@ class _PairReadout(torch.autograd.Function):
         s = _row_sums(rows, z)  # (R, 2k)
         num, den = s[:, :k], s[:, k:]
         gd = den if positive else guard_denominator(den, nonnegative=nonnegative, eps=eps)
-        ratio = num / gd
-        out = ratio + b.T.contiguous().index_select(0, token_of)
+        ratio = torch.div(num, gd, out=num)  # in place: few large allocations per step
+        out = b.T.contiguous().index_select(0, token_of).add_(ratio)
         # the guard's slope (0 or 1): a nonnegative kernel's zero denominator has a zero
         # numerator (every kernel value of the row is 0), so ratio = 0 there already
         slope = None if nonnegative or positive else (den.abs() > eps).to(den.dtype)
