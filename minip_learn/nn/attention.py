@@ -351,14 +351,17 @@ class _PairReadout(torch.autograd.Function):
         s = _row_sums(rows, z)  # (R, 2k)
         num, den = s[:, :k], s[:, k:]
         gd = den if positive else guard_denominator(den, nonnegative=nonnegative, eps=eps)
-        ratio = torch.div(num, gd, out=num)  # in place: few large allocations per step
-        out = b.T.contiguous().index_select(0, token_of).add_(ratio)
+        if b is None:
+            out = ratio = num / gd
+        else:  # the ratio in place: few large allocations per step
+            ratio = torch.div(num, gd, out=num)
+            out = b.T.contiguous().index_select(0, token_of).add_(ratio)
         # the guard's slope (0 or 1): a nonnegative kernel's zero denominator has a zero
         # numerator (every kernel value of the row is 0), so ratio = 0 there already
         slope = None if nonnegative or positive else (den.abs() > eps).to(den.dtype)
         ctx.save_for_backward(alpha, g, token_of, ratio, gd, slope)
         ctx.rows_t = rows_t
-        ctx.n_tokens = b.shape[1]
+        ctx.n_tokens = None if b is None else b.shape[1]
         return out.T  # (k, R), laid out position-major
 
     @staticmethod
@@ -375,7 +378,8 @@ class _PairReadout(torch.autograd.Function):
         g_ag, g_a = gz[:k], gz[k:]
         grad_alpha = torch.addcmul(g_a.neg_(), g_ag, g)
         grad_g = g_ag * alpha
-        grad_b = G.new_zeros(ctx.n_tokens, k).index_add_(0, token_of, G).T
+        grad_b = (None if ctx.n_tokens is None else
+                  G.new_zeros(ctx.n_tokens, k).index_add_(0, token_of, G).T)
         return grad_alpha, grad_g, grad_b, None, None, None, None, None, None
 
 
@@ -397,8 +401,9 @@ def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3,
     ----------
     alpha, g : Tensor of shape (..., P)
         Kernel and readout-value products ``<w(x), v(z)>`` on ``P`` token pairs.
-    b : Tensor of shape (..., U)
-        Readout bias of every token.
+    b : Tensor of shape (..., U) or None
+        Readout bias of every token; None for none (e.g. already added to ``g``, which
+        is exact where every denominator is positive).
     token_of : LongTensor of shape (R,)
         The query token of every output position.
     rows, rows_t : sparse CSR Tensor of shape (R, P) and (P, R)
@@ -428,7 +433,8 @@ def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3,
     """
     lead = alpha.shape[:-1]
     k = alpha[..., 0].numel()
-    out = _PairReadout.apply(alpha.reshape(k, -1), g.reshape(k, -1), b.reshape(k, -1),
+    b = None if b is None else b.reshape(k, -1)
+    out = _PairReadout.apply(alpha.reshape(k, -1), g.reshape(k, -1), b,
                              token_of, rows, rows_t, nonnegative, eps, positive)
     return out.reshape(lead + (-1,))
 

@@ -458,12 +458,16 @@ class HeadEnsemble(nn.Module):
             tiny = torch.finfo(alpha.dtype).tiny / torch.finfo(alpha.dtype).eps
             if bool(alpha.detach().index_select(1, plan.occurring).amin() < tiny):
                 return None
-        g = attention.pairwise_dots(w, v).reshape(E, -1)
+        g = attention.pairwise_dots(w, v)  # (E, U, U): <w(query), v(key)>
+        if t.log_domain:
+            # every occurring pair's kernel value was just checked to be positive, so
+            # every denominator is: the guard is the identity and the query's bias
+            # joins its pair values, sum alpha (g + b) / sum alpha = (...) + b
+            g, b = g + b.unsqueeze(-1), None
         rows, rows_t = plan.rows, plan.rows_t
         if rows.dtype != alpha.dtype:
             rows, rows_t = rows.to(alpha.dtype), rows_t.to(alpha.dtype)
-        # log-domain: every occurring pair's kernel value was just checked to be positive
-        out = attention.pair_readout(alpha, g, b, plan.token_of, rows, rows_t,
+        out = attention.pair_readout(alpha, g.reshape(E, -1), b, plan.token_of, rows, rows_t,
                                      nonnegative=t.nonnegative, eps=t.denominator_eps,
                                      positive=t.log_domain)
         return out.reshape(out.shape[:1] + x.shape[:-1])
