@@ -239,3 +239,42 @@ def test_pair_path_hands_kernels_below_the_float_range_to_the_position_path():
     assert two.path == "fused-positions" and "floating-point range" in two.path_reason
     torch.testing.assert_close(out[1], head(x))
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support")
+@pytest.mark.parametrize("mode", ["positive", "nonnegative", "signed"])
+def test_pair_readout_against_dense_sums_and_gradcheck(mode):
+    # the sparse pair readout and its hand-written backward against the sums written
+    # out position by position, for every guard; the bias separately or in the pairs
+    gen = torch.Generator().manual_seed(0)
+    U, R, E = 3, 7, 2
+    token_of = torch.randint(0, U, (R,), generator=gen)
+    # the keys of position r form pairs (token_of[r], key): at least one key each
+    counts = torch.zeros(R, U, U, dtype=torch.float64)
+    counts[torch.arange(R), token_of] = torch.randint(0, 3, (R, U), generator=gen).double()
+    counts[torch.arange(R), token_of, token_of] += 1
+    counts = counts.reshape(R, U * U)
+    rows, rows_t = counts.to_sparse_csr(), counts.T.contiguous().to_sparse_csr()
+    alpha = torch.rand(E, U * U, dtype=torch.float64, generator=gen) + 0.1
+    if mode == "signed":
+        alpha = alpha - 0.5
+    alpha.requires_grad_()
+    g = torch.randn(E, U * U, dtype=torch.float64, generator=gen, requires_grad=True)
+    b = torch.randn(E, U, dtype=torch.float64, generator=gen, requires_grad=True)
+    opts = dict(nonnegative=mode != "signed", eps=0.05, positive=mode == "positive")
+
+    def dense(alpha, g, b):
+        den = attention.guard_denominator(alpha @ counts.T, nonnegative=mode != "signed",
+                                          eps=0.05)
+        return (alpha * g) @ counts.T / den + b[:, token_of]
+
+    out = attention.pair_readout(alpha, g, b, token_of, rows, rows_t, **opts)
+    torch.testing.assert_close(out, dense(alpha, g, b), rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(
+        lambda a, gg, bb: attention.pair_readout(a, gg, bb, token_of, rows, rows_t, **opts),
+        (alpha, g, b))
+    if mode == "positive":  # the bias joined to the pair values of its query token
+        folded = g + b.repeat_interleave(U, dim=1)
+        torch.testing.assert_close(
+            attention.pair_readout(alpha, folded, None, token_of, rows, rows_t, **opts),
+            dense(alpha, g, b), rtol=1e-12, atol=1e-12)
