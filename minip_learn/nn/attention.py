@@ -29,6 +29,8 @@ Examples
 tensor([2., 3.])
 """
 
+import weakref
+
 import torch
 
 __all__ = [
@@ -330,10 +332,31 @@ def kernel_readout(alpha, g, b, *, nonnegative, eps=1e-3):
     return ((a * g).sum(0) / den).movedim(0, -1) + b
 
 
-def _row_sums(rows, z):
+#: Most work buffers a :func:`pair_readout` ``buffers`` list keeps.
+_MAX_BUFFERS = 4
+
+
+def _take_buffer(pool, shape, like):
+    """A free work buffer of ``shape`` (dtype and device of ``like``) from ``pool``,
+    or a new one."""
+    for i, buf in enumerate(pool or ()):
+        if buf.shape == shape and buf.dtype == like.dtype and buf.device == like.device:
+            return pool.pop(i)
+    return like.new_empty(shape)
+
+
+def _give_buffer(pool, buf):
+    """Keep ``buf`` in ``pool`` (a list, or None for no reuse) for a later call."""
+    if pool is not None and len(pool) < _MAX_BUFFERS:
+        pool.append(buf)
+
+
+def _row_sums(rows, z, out=None):
     """``rows @ z`` for a sparse CSR ``rows`` and a dense ``z``, written straight into
-    a new tensor (``rows @ z`` fills a zero tensor and copies its result over)."""
-    out = z.new_empty(rows.shape[0], z.shape[1])
+    ``out`` (a new tensor when None; ``rows @ z`` fills a zero tensor and copies its
+    result over)."""
+    if out is None:
+        out = z.new_empty(rows.shape[0], z.shape[1])
     return torch.addmm(out, rows, z, beta=0, out=out)
 
 
@@ -345,10 +368,14 @@ class _PairReadout(torch.autograd.Function):
     a ``(positions x members)`` tensor."""
 
     @staticmethod
-    def forward(ctx, alpha, g, b, token_of, rows, rows_t, nonnegative, eps, positive):
+    def forward(ctx, alpha, g, b, token_of, rows, rows_t, nonnegative, eps, positive, pool):
         k = alpha.shape[0]
         z = torch.cat([alpha * g, alpha]).T.contiguous()  # (P, 2k): small
-        s = _row_sums(rows, z)  # (R, 2k)
+        # (R, 2k), in a kept buffer that goes back once this graph is gone (some of it
+        # is saved for the backward)
+        s = _row_sums(rows, z, _take_buffer(pool, (rows.shape[0], 2 * k), z))
+        if pool is not None:
+            weakref.finalize(ctx, _give_buffer, pool, s)
         num, den = s[:, :k], s[:, k:]
         gd = den if positive else guard_denominator(den, nonnegative=nonnegative, eps=eps)
         if b is None:
@@ -360,7 +387,7 @@ class _PairReadout(torch.autograd.Function):
         # numerator (every kernel value of the row is 0), so ratio = 0 there already
         slope = None if nonnegative or positive else (den.abs() > eps).to(den.dtype)
         ctx.save_for_backward(alpha, g, token_of, ratio, gd, slope)
-        ctx.rows_t = rows_t
+        ctx.rows_t, ctx.pool = rows_t, pool
         ctx.n_tokens = None if b is None else b.shape[1]
         return out.T  # (k, R), laid out position-major
 
@@ -369,22 +396,23 @@ class _PairReadout(torch.autograd.Function):
         alpha, g, token_of, ratio, gd, slope = ctx.saved_tensors
         k = alpha.shape[0]
         G = grad.T.contiguous()  # (R, k): a view when the loss kept the layout
-        gs = torch.empty(G.shape[0], 2 * k, dtype=G.dtype, device=G.device)
+        gs = _take_buffer(ctx.pool, (G.shape[0], 2 * k), G)
         gnum = torch.div(G, gd, out=gs[:, :k])
         gden = torch.mul(gnum, ratio, out=gs[:, k:])  # minus the denominator's gradient
         if slope is not None:
             gden.mul_(slope)
         gz = _row_sums(ctx.rows_t, gs).T.contiguous()  # (2k, P): small
+        _give_buffer(ctx.pool, gs)
         g_ag, g_a = gz[:k], gz[k:]
         grad_alpha = torch.addcmul(g_a.neg_(), g_ag, g)
         grad_g = g_ag * alpha
         grad_b = (None if ctx.n_tokens is None else
                   G.new_zeros(ctx.n_tokens, k).index_add_(0, token_of, G).T)
-        return grad_alpha, grad_g, grad_b, None, None, None, None, None, None
+        return grad_alpha, grad_g, grad_b, None, None, None, None, None, None, None
 
 
 def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3,
-                 positive=False):
+                 positive=False, buffers=None):
     """Affine readout of positions whose (query, key) token pairs are listed by a
     sparse matrix, from the kernel and the readout-value products on the token pairs.
 
@@ -415,6 +443,11 @@ def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3,
         Whether every kernel value of an occurring pair is known to be positive (e.g.
         log-domain features checked to lie above the floating-point range): every
         denominator is then positive and the guard is the identity, which is skipped.
+    buffers : list, default=None
+        Where the ``(R, 2 k)`` work buffers are kept between calls (a list owned by the
+        caller, e.g. one per input that is trained on): a buffer goes back to it when
+        the backward is done with it, or when the graph of the call is freed, and the
+        next call reuses it instead of touching fresh memory. None: new buffers.
 
     Returns
     -------
@@ -435,7 +468,7 @@ def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3,
     k = alpha[..., 0].numel()
     b = None if b is None else b.reshape(k, -1)
     out = _PairReadout.apply(alpha.reshape(k, -1), g.reshape(k, -1), b,
-                             token_of, rows, rows_t, nonnegative, eps, positive)
+                             token_of, rows, rows_t, nonnegative, eps, positive, buffers)
     return out.reshape(lead + (-1,))
 
 

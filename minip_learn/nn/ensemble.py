@@ -76,6 +76,7 @@ class _PairPlan(NamedTuple):
     rows_t: torch.Tensor  # its transpose (CSR)
     occurring: torch.Tensor  # the token pairs that occur
     n_tokens: int
+    buffers: list  # work buffers of attention.pair_readout, reused step after step
 
 
 def _unique_rows(t):
@@ -365,7 +366,7 @@ class HeadEnsemble(nn.Module):
         with warnings.catch_warnings():  # torch marks its CSR layout as beta
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
             rows, rows_t = counts.to_sparse_csr(), counts.t().coalesce().to_sparse_csr()
-        return _PairPlan(uniq.contiguous(), inv, rows, rows_t, torch.unique(pairs), U)
+        return _PairPlan(uniq.contiguous(), inv, rows, rows_t, torch.unique(pairs), U, [])
 
     def _vmap_forward(self, x):
         """The generic path: the template's own forward on the stacked parameters."""
@@ -469,7 +470,7 @@ class HeadEnsemble(nn.Module):
             rows, rows_t = rows.to(alpha.dtype), rows_t.to(alpha.dtype)
         out = attention.pair_readout(alpha, g.reshape(E, -1), b, plan.token_of, rows, rows_t,
                                      nonnegative=t.nonnegative, eps=t.denominator_eps,
-                                     positive=t.log_domain)
+                                     positive=t.log_domain, buffers=plan.buffers)
         return out.reshape(out.shape[:1] + x.shape[:-1])
 
     def member_state_dict(self, i):
