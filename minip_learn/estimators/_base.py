@@ -265,7 +265,7 @@ class _AttentionEstimator(BaseEstimator):
         ests = [clone(self).set_params(**p) for p in params]
         by_key, members, checked = {}, [], None
         for est in ests:
-            key = est.get_params(deep=False).get("rank")
+            key = getattr(est, "rank", None)
             if key not in by_key:
                 # members differ only in rank and seed: check (and e.g. collect the
                 # vocabulary of the table map) once per rank

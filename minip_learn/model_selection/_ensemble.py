@@ -129,19 +129,22 @@ def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), params=None,
 
     Examples
     --------
+    Two ranks and two seeds on the witness suite of ``m = 8`` bits, whose few distinct
+    tokens the stack evaluates once per token pair:
+
     >>> from minip_learn import KernelAttentionRegressor
-    >>> from minip_learn.datasets import make_minip
+    >>> from minip_learn.datasets import make_witness_suite
     >>> from minip_learn.model_selection import fit_ensemble
-    >>> X, y = make_minip(32, seq_len=2, n_bits=6, random_state=0)
-    >>> est = KernelAttentionRegressor(max_epochs=100, stop_tolerance=0.5)
-    >>> res = fit_ensemble(est, X, y, ranks=[1, 4], seeds=[0, 1])
-    >>> res.params[1]
-    {'rank': 1, 'random_state': 1}
+    >>> suite = make_witness_suite(8, 3)
+    >>> est = KernelAttentionRegressor(feature_map="table", max_epochs=100)
+    >>> res = fit_ensemble(est, suite.X, suite.y, ranks=[1, 4], seeds=[0, 1])
+    >>> res.params[1], res.path
+    ({'rank': 1, 'random_state': 1}, 'fused-pairs')
     >>> [type(e).__name__ for e in res.estimators][:1], len(res.estimators)
     (['KernelAttentionRegressor'], 4)
-    >>> res.estimators[3].predict(X).shape
-    (32, 2)
-    >>> fit_ensemble(est, X, y, params=[{"rank": 2, "random_state": 5}]).params
+    >>> res.estimators[3].predict(suite.X).shape
+    (6, 3)
+    >>> fit_ensemble(est, suite.X, suite.y, params=[{"rank": 2, "random_state": 5}]).params
     [{'rank': 2, 'random_state': 5}]
     """
     start = time.perf_counter()

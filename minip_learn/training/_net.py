@@ -87,7 +87,9 @@ class MinIPNet(NeuralNet):
 
     def initialize_module(self):
         super().initialize_module()
-        self.module_.to(dtype=self.dtype)
+        tensors = [*self.module_.parameters(), *self.module_.buffers()]
+        if any(t.is_floating_point() and t.dtype != self.dtype for t in tensors):
+            self.module_.to(dtype=self.dtype)
         return self
 
     def get_iterator(self, dataset, training=False):
