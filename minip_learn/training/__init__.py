@@ -24,13 +24,14 @@ from ._callbacks import (
     member_max_errors,
 )
 from ._members import build_net, train_members
-from ._net import BatchIterator, MemberLoss, MinIPNet, TrainLoss
+from ._net import BatchIterator, MemberLoss, MinIPHistory, MinIPNet, TrainLoss
 
 __all__ = [
     "TRIM_EVERY",
     "BatchIterator",
     "MemberLog",
     "MemberLoss",
+    "MinIPHistory",
     "MinIPNet",
     "ProgressBar",
     "SplitSharedFeatures",

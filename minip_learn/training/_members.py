@@ -16,7 +16,6 @@ import threading
 import numpy as np
 import torch
 from sklearn.utils import Bunch, check_random_state
-from skorch.history import History
 
 from ..metrics import TOLERANCE
 from ..nn import HeadEnsemble
@@ -30,7 +29,7 @@ from ._callbacks import (
     absolute_error,
     member_max_errors,
 )
-from ._net import MemberLoss, MinIPNet
+from ._net import MemberLoss, MinIPHistory, MinIPNet
 
 __all__ = ["build_net", "train_members"]
 
@@ -128,7 +127,7 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
     for i, net in enumerate(nets):
         snap = snapshots.get(i) or _member_snapshot(ens, trainer.optimizer_, i)
         _load_member(net, snap)
-        net.history = History(histories[i])
+        net.history = MinIPHistory(histories[i])
     return ens.path, _final_errors(ens, nets, X, y, error, stop_tolerance)
 
 

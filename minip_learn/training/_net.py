@@ -10,8 +10,29 @@ import numpy as np
 import torch
 from skorch import NeuralNet
 from skorch.callbacks import Callback, EpochTimer
+from skorch.history import History
 
-__all__ = ["BatchIterator", "MemberLoss", "MinIPNet", "TrainLoss"]
+__all__ = ["BatchIterator", "MemberLoss", "MinIPHistory", "MinIPNet", "TrainLoss"]
+
+
+class MinIPHistory(History):
+    """skorch's ``History`` whose recording methods reach the current epoch directly.
+
+    ``History[-1]`` copies the whole history first (it resolves every kind of index
+    through a list of all epochs), and skorch records through it several times per
+    epoch: a cost that grows with the epochs run. Reading and indexing are skorch's.
+    """
+
+    def new_batch(self):
+        list.__getitem__(self, -1)["batches"].append({})
+
+    def record(self, attr, value):
+        if not self:
+            raise ValueError("Call new_epoch before recording for the first time.")
+        list.__getitem__(self, -1)[attr] = value
+
+    def record_batch(self, attr, value):
+        list.__getitem__(self, -1)["batches"][-1][attr] = value
 
 
 class BatchIterator:
@@ -85,6 +106,12 @@ class MinIPNet(NeuralNet):
     def _default_callbacks(self):
         return [("epoch_timer", EpochTimer()), ("train_loss", TrainLoss())]
 
+    def initialize_history(self):
+        super().initialize_history()
+        if not isinstance(self.history_, MinIPHistory):
+            self.history_ = MinIPHistory(self.history_)
+        return self
+
     def initialize_module(self):
         super().initialize_module()
         tensors = [*self.module_.parameters(), *self.module_.buffers()]
@@ -121,7 +148,7 @@ class TrainLoss(Callback):
 
     def on_epoch_end(self, net, **kwargs):
         # the epoch's row read as the list item it is: skorch's History indexing
-        # copies the whole history on every call
+        # copies the whole history on every call (see MinIPHistory)
         batches = list.__getitem__(net.history, -1)["batches"]
         if not batches or "train_loss" not in batches[0]:
             return
