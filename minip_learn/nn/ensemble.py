@@ -283,25 +283,29 @@ class HeadEnsemble(nn.Module):
         why = why or ("" if self._fast else f" ({self.path_reason})")
         return f"one member: the head's own forward on its parameters{why}"
 
+    def _report(self, path, reason):
+        """Set :attr:`path` and :attr:`path_reason` (only when they change: a module's
+        attribute assignment costs more than the comparison)."""
+        if self.path != path or self.path_reason != reason:
+            self.path, self.path_reason = path, reason
+
     def _fast_forward(self, x):
         plan = self._pair_plan(x)  # None: the tokens repeat too little
-        n_positions = x[..., 0].numel()
         out = None if plan is None else self._pair_forward(x, plan)
         if out is not None:
-            self.path = "fused-pairs"
-            self.path_reason = (f"{plan.n_tokens} distinct tokens at {n_positions} positions: "
-                                "maps on the distinct tokens, kernel on their pairs")
+            self._report("fused-pairs", f"{plan.n_tokens} distinct tokens at "
+                         f"{x[..., 0].numel()} positions: maps on the distinct tokens, "
+                         "kernel on their pairs")
             return out
         underflow = ("a kernel value of an occurring token pair is below the "
                      "floating-point range when shifted per token")
         if self.n_members == 1:
-            self.path = "single"
-            self.path_reason = self._single_reason(None if plan is None else f" ({underflow})")
+            self._report("single", self._single_reason(None if plan is None else f" ({underflow})"))
             return self._single_forward(x)
-        self.path = "fused-positions"
-        self.path_reason = (
-            "every member's token maps at once, attention per position" if plan is None else
-            f"{underflow}: attention per position, shifted per sequence")
+        self._report("fused-positions",
+                     "every member's token maps at once, attention per position"
+                     if plan is None else f"{underflow}: attention per position, shifted "
+                     "per sequence")
         return self._position_forward(x)
 
     def _single_forward(self, x):
