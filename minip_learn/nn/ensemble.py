@@ -134,7 +134,8 @@ class HeadEnsemble(nn.Module):
     names : list of str
         Names of the stacked parameters (as in ``template.named_parameters()``).
     params : torch.nn.ParameterList
-        The stacked parameters, one per name, of shape ``(E, *template_shape)``.
+        The stacked parameters, one per name, of shape ``(E, *template_shape)``; a
+        stack of one member holds its head's parameters at their own shapes.
     ranks : list of int or None
         Rank of each member (kernel heads), else None.
     path : {"fused-pairs", "fused-positions", "generic", "single"}
@@ -186,8 +187,12 @@ class HeadEnsemble(nn.Module):
         for i, m in enumerate(members):
             if sorted(m) != sorted(self.names):
                 raise ValueError(f"head {i} does not have the parameters of the template.")
+        # one member: its own parameters, at their own shapes (a copy), with no
+        # member dimension, which the single path would have to take off every step
+        self._stacked = self.n_members > 1
         self.params = nn.ParameterList([
-            nn.Parameter(torch.stack([_pad_to(m[n].detach(), p.shape) for m in members]))
+            nn.Parameter(torch.stack([_pad_to(m[n].detach(), p.shape) for m in members])
+                         if self._stacked else m[n].detach().clone())
             for n, p in template.named_parameters()
         ])
         # buffers: shared when equal in every member, else stacked
@@ -259,6 +264,10 @@ class HeadEnsemble(nn.Module):
         """The (private copy of the) widest head whose forward every member runs."""
         return self._template[0]
 
+    def _stacked_params(self):
+        """The parameters with their member dimension (views for one member)."""
+        return list(self.params) if self._stacked else [p.unsqueeze(0) for p in self.params]
+
     def _buffer_dicts(self):
         shared = {n: getattr(self, f"shared_{i}") for i, n in enumerate(self._shared_names)}
         stacked = {n: getattr(self, f"stacked_{i}") for i, n in enumerate(self._stacked_names)}
@@ -315,9 +324,7 @@ class HeadEnsemble(nn.Module):
         if template.training != self.training:
             template.train(self.training)
         shared, stacked = self._buffer_dicts()
-        # squeezed, not selected: the gradient of a squeeze is a view, not a zero-filled copy
-        values = ([p.squeeze(0) for p in self.params]
-                  + [shared[n] for n in self._shared_names]
+        values = (list(self.params) + [shared[n] for n in self._shared_names]
                   + [stacked[n].squeeze(0) for n in self._stacked_names])
         saved = []
         try:
@@ -377,7 +384,7 @@ class HeadEnsemble(nn.Module):
         template = self.template
         template.train(self.training)
         shared, stacked = self._buffer_dicts()
-        params = dict(zip(self.names, self.params))
+        params = dict(zip(self.names, self._stacked_params()))
 
         def one(p, b, xx):
             return functional_call(template, (p, b, shared), (xx,))
@@ -395,7 +402,7 @@ class HeadEnsemble(nn.Module):
         over contiguous rows of ``n`` sequences.
         """
         t = self.template
-        P = dict(zip(self.names, self.params))
+        P = dict(zip(self.names, self._stacked_params()))
         n, N, m = tokens.shape
         E = self.n_members
         X2 = self._cached(x, ("xT", key),
@@ -493,7 +500,7 @@ class HeadEnsemble(nn.Module):
         """
         state = {}
         shapes = self._shapes[i]
-        for n, p in zip(self.names, self.params):
+        for n, p in zip(self.names, self._stacked_params()):
             state[n] = _crop_to(p.detach()[i], shapes[n]).clone()
         shared, stacked = self._buffer_dicts()
         for n, shape in self._buffer_shapes[i].items():
@@ -518,4 +525,4 @@ class HeadEnsemble(nn.Module):
         -------
         Tensor
         """
-        return _crop_to(tensor[i], self._shapes[i][name])
+        return _crop_to(tensor[i] if self._stacked else tensor, self._shapes[i][name])

@@ -202,6 +202,7 @@ class SplitSharedFeatures(Callback):
         _, _, moved = split_shared_features(
             *self.tables_, self.partners_, mask=self.mask_, members=live,
             optimizer=net.optimizer_)
+        moved = torch.as_tensor(moved).reshape(-1)  # one member: its own tables, an int
         live = set(live)
         net.history.record("member_n_split",
                            [int(moved[i]) if i in live else None for i in range(E)])
