@@ -24,9 +24,9 @@ parameters) and reported by :attr:`HeadEnsemble.path`:
 * **generic**: any other head runs its own forward on the stacked parameters
   (:func:`torch.func.functional_call`, vectorised with :func:`torch.func.vmap` over the
   members);
-* **single**: a stack of one member runs the head's own forward on views of its
-  parameters (what a single ``fit`` trains: the cost of the plain head), except where
-  the pair form applies.
+* **single**: a stack of one member runs the head's own forward on its parameters
+  (what a single ``fit`` trains: the cost of the plain head), except where the pair
+  form applies.
 
 No scikit-learn in this layer.
 """
@@ -319,7 +319,7 @@ class HeadEnsemble(nn.Module):
 
     def _single_forward(self, x):
         """The one member's output: the template's forward with its parameters and
-        buffers swapped for (views of) the member's for the call."""
+        buffers swapped for the member's for the call."""
         template = self.template
         if template.training != self.training:
             template.train(self.training)
