@@ -162,7 +162,7 @@ def check_binary(arr, *, name="X"):
         )
 
 
-def distinct_tokens(tokens):
+def distinct_tokens(tokens, *, return_index=False, return_inverse=False):
     """The distinct rows of a 2-d array, as ``np.unique(tokens, axis=0)`` returns them.
 
     0/1 tokens (the Min-IP case) are compared as the bytes of their ``uint8`` rows,
@@ -172,10 +172,15 @@ def distinct_tokens(tokens):
     Parameters
     ----------
     tokens : ndarray of shape (n_tokens, n_bits)
+    return_index, return_inverse : bool, default=False
+        Also return the index of every distinct row's first occurrence, and the index
+        of every row among the distinct ones (as ``np.unique``).
 
     Returns
     -------
     ndarray of shape (n_distinct, n_bits), of the dtype of ``tokens``
+        With ``return_index`` and ``return_inverse``, a tuple of it and the requested
+        index arrays (1-d), in that order.
 
     Examples
     --------
@@ -187,11 +192,17 @@ def distinct_tokens(tokens):
     tokens = np.asarray(tokens)
     if tokens.ndim != 2 or tokens.shape[1] == 0 or not (
             tokens.dtype == bool or ((tokens == 0) | (tokens == 1)).all()):
-        return np.unique(tokens, axis=0)
-    rows = np.ascontiguousarray(tokens, dtype=np.uint8)
-    keys = rows.view(np.dtype((np.void, rows.shape[1]))).reshape(-1)
-    _, first = np.unique(keys, return_index=True)
-    return tokens[first]
+        out = np.unique(tokens, axis=0, return_index=return_index,
+                        return_inverse=return_inverse)
+    else:
+        rows = np.ascontiguousarray(tokens, dtype=np.uint8)
+        keys = rows.view(np.dtype((np.void, rows.shape[1]))).reshape(-1)
+        _, first, *inverse = np.unique(keys, return_index=True,
+                                       return_inverse=return_inverse)
+        out = (tokens[first],) + ((first,) if return_index else ()) + tuple(inverse)
+    if not (return_index or return_inverse):
+        return out[0] if isinstance(out, tuple) else out
+    return (out[0],) + tuple(a.reshape(-1) for a in out[1:])
 
 
 def ravel_column_vector(arr, *, stacklevel=4):

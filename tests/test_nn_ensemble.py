@@ -278,3 +278,22 @@ def test_pair_readout_against_dense_sums_and_gradcheck(mode):
         torch.testing.assert_close(
             attention.pair_readout(alpha, folded, None, token_of, rows, rows_t, **opts),
             dense(alpha, g, b), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["binary", "bool", "real"])
+def test_distinct_tokens_is_numpy_unique(kind):
+    # the byte comparison of 0/1 rows and the fallback give np.unique(axis=0)'s rows,
+    # first occurrences and inverse (the pair plan's distinct tokens)
+    from minip_learn._validation import distinct_tokens
+
+    rng = np.random.RandomState(0)
+    a = {"binary": rng.randint(0, 2, (300, 6)).astype(np.float32),
+         "bool": rng.randint(0, 2, (80, 5)).astype(bool),
+         "real": rng.randn(60, 3).round()}[kind]
+    rows, first, inverse = np.unique(a, axis=0, return_index=True, return_inverse=True)
+    np.testing.assert_array_equal(distinct_tokens(a), rows)
+    got = distinct_tokens(a, return_index=True, return_inverse=True)
+    for want, have in zip((rows, first, inverse.reshape(-1)), got):
+        np.testing.assert_array_equal(have, want)
+    np.testing.assert_array_equal(distinct_tokens(a, return_inverse=True)[1],
+                                  inverse.reshape(-1))

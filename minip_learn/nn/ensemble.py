@@ -35,11 +35,11 @@ import copy
 import warnings
 from typing import NamedTuple
 
-import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, vmap
 
+from .._validation import distinct_tokens
 from . import attention
 
 __all__ = ["HeadEnsemble"]
@@ -80,17 +80,12 @@ class _PairPlan(NamedTuple):
 
 
 def _unique_rows(t):
-    """Distinct rows of the 2-d tensor ``t`` and the index of each row among them.
-
-    Rows are compared by their bytes (``torch.unique(dim=0)`` is slow on CPU): rows
-    with equal values but different bytes (``0.0`` and ``-0.0``) count as two, which
-    only costs a little repetition.
-    """
-    a = t.detach().cpu().contiguous().numpy()
-    keys = a.view(np.dtype((np.void, a.dtype.itemsize * a.shape[1]))).reshape(-1)
-    _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
-    first = torch.from_numpy(first).to(t.device)
-    return t[first], torch.from_numpy(inv.reshape(-1)).to(t.device)
+    """Distinct rows of the 2-d tensor ``t`` and the index of each row among them
+    (:func:`~minip_learn._validation.distinct_tokens`; ``torch.unique(dim=0)`` is slow
+    on CPU)."""
+    _, first, inv = distinct_tokens(t.detach().cpu().numpy(), return_index=True,
+                                    return_inverse=True)
+    return t[torch.from_numpy(first).to(t.device)], torch.from_numpy(inv).to(t.device)
 
 
 def _sequences(x):
