@@ -213,6 +213,31 @@ def test_members_equal_separate_fits(case, data):
     assert len(epochs) > 1  # members stopped at different epochs: stopping was per member
 
 
+
+@pytest.mark.parametrize("layout", ["member-major", "position-major"])
+def test_member_loss_is_each_members_mse(layout):
+    # MemberLoss's MSE, in both memory layouts of the stack's outputs (the pair path's
+    # are position-major): every member's torch MSE, gradient in the outputs' layout
+    from minip_learn.training import MemberLoss
+
+    gen = torch.Generator().manual_seed(0)
+    E, n, N = 4, 6, 3
+    if layout == "position-major":
+        y_pred = torch.randn(n * N, E, dtype=torch.float64, generator=gen).T.reshape(E, n, N)
+    else:
+        y_pred = torch.randn(E, n, N, dtype=torch.float64, generator=gen)
+    y_pred.requires_grad_()
+    y = torch.randn(n, N, dtype=torch.float64, generator=gen)
+    crit = MemberLoss(torch.nn.MSELoss())
+    total = crit(y_pred, y)
+    want = [torch.nn.functional.mse_loss(y_pred[e], y) for e in range(E)]
+    torch.testing.assert_close(crit.member_losses_, torch.stack(want).detach(),
+                               rtol=1e-12, atol=0)
+    torch.testing.assert_close(total, sum(want), rtol=1e-12, atol=0)
+    (grad,) = torch.autograd.grad(total, y_pred)
+    assert grad.stride() == y_pred.stride()
+    assert torch.autograd.gradcheck(lambda a: crit(a, y), (y_pred,))
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_single_fit_is_a_one_member_ensemble(case, data):
     # one training path: fit and a one-member fit_ensemble give identical results

@@ -123,8 +123,8 @@ def test_any_leading_dimensions():
 
 
 def test_one_member_costs_the_plain_head():
-    # one member: the head's own forward on views of the stacked parameters, the same
-    # numbers and gradients as the head itself, for fused and unfused heads alike
+    # one member: the head's own forward on the stack's parameters, the same numbers
+    # and gradients as the head itself, for fused and unfused heads alike
     x = _tokens(30, 3)
     soft = SoftmaxAttentionHead(5).double()
     ens = HeadEnsemble([soft])
@@ -134,8 +134,15 @@ def test_one_member_costs_the_plain_head():
     ens = HeadEnsemble([head])
     out = _check_against_heads(ens, [head], x, 0)
     assert ens.path == "single" and out.shape == (1, 30, 3)
-    # the template keeps its own parameters between calls; train/eval follows the stack
+    # the template is the member: its parameters are the stack's (no swap per call),
+    # also after a conversion; train/eval follows the stack
     assert all(type(p) is torch.nn.Parameter for p in ens.template.parameters())
+    assert [id(p) for p in ens.parameters()] == [id(p) for p in ens.template.parameters()]
+    ens.float()
+    assert all(p.dtype == torch.float32 for p in ens.template.parameters())
+    assert [id(p) for p in ens.parameters()] == [id(p) for p in ens.template.parameters()]
+    assert [id(b) for b in ens.buffers()] == [id(b) for b in ens.template.buffers()]
+    torch.testing.assert_close(ens(x.float())[0], head.float()(x.float()), rtol=0, atol=0)
     ens.eval()
     ens(x)
     assert not ens.template.training

@@ -204,17 +204,25 @@ def test_r6_suite_solves_at_its_constructive_rank():
 
 
 @pytest.mark.parametrize("ensemble", [True, False])
-def test_training_returns_freed_memory_periodically(hadamard12, monkeypatch, ensemble):
-    from minip_learn.training import TRIM_EVERY, _callbacks
+@pytest.mark.parametrize("heap_free", [None, 2**30, 2**20])
+def test_training_returns_freed_memory_periodically(hadamard12, monkeypatch, ensemble,
+                                                    heap_free):
+    from minip_learn.training import TRIM_EVERY, TRIM_MIN_FREE, _callbacks
 
     real = _callbacks._malloc_trim()
     assert real is None or callable(real)  # glibc: malloc_trim; elsewhere nothing
+    free = _callbacks._heap_free_bytes()
+    assert free is None or free() >= 0  # glibc >= 2.33: mallinfo2
     calls = []
     monkeypatch.setattr(_callbacks, "_malloc_trim", lambda: (lambda: calls.append(1)))
+    # heap_free None: glibc cannot say how much is free, so every TRIM_EVERY epochs
+    monkeypatch.setattr(_callbacks, "_heap_free_bytes",
+                        lambda: None if heap_free is None else (lambda: heap_free))
     est = KernelAttentionRegressor(rank=4, feature_map="table", max_epochs=120,
                                    stop_tolerance=None, random_state=0)
     if ensemble:
         fit_ensemble(est, hadamard12.X, hadamard12.y, seeds=[0, 1])
     else:
         est.fit(hadamard12.X, hadamard12.y)
-    assert len(calls) == 120 // TRIM_EVERY
+    trims = 0 if heap_free is not None and heap_free < TRIM_MIN_FREE else 120 // TRIM_EVERY
+    assert len(calls) == trims

@@ -174,25 +174,28 @@ class HeadEnsemble(nn.Module):
             template = heads[0] if self.ranks is None else heads[
                 max(range(len(heads)), key=lambda i: self.ranks[i])]
         template = copy.deepcopy(template)
-        for p in template.parameters():
-            p.requires_grad_(False)
         self.n_members = len(heads)
+        # one member: the template is a copy of its head and trains in place (its
+        # parameters are the stack's, at their own shapes, with no member dimension);
+        # several: the template only lends its forward and shapes
+        self._stacked = self.n_members > 1
+        if self._stacked:
+            for p in template.parameters():
+                p.requires_grad_(False)
         members = [dict(h.named_parameters()) for h in heads]
         self.names = [n for n, _ in template.named_parameters()]
         for i, m in enumerate(members):
             if sorted(m) != sorted(self.names):
                 raise ValueError(f"head {i} does not have the parameters of the template.")
-        # one member: its own parameters, at their own shapes (a copy), with no
-        # member dimension, which the single path would have to take off every step
-        self._stacked = self.n_members > 1
         self.params = nn.ParameterList([
-            nn.Parameter(torch.stack([_pad_to(m[n].detach(), p.shape) for m in members])
-                         if self._stacked else m[n].detach().clone())
+            nn.Parameter(torch.stack([_pad_to(m[n].detach(), p.shape) for m in members]))
+            if self._stacked else p
             for n, p in template.named_parameters()
         ])
         # buffers: shared when equal in every member, else stacked
         shared, stacked = {}, {}
-        member_buffers = [dict(h.named_buffers()) for h in heads]
+        member_buffers = ([dict(h.named_buffers()) for h in heads] if self._stacked
+                          else [dict(template.named_buffers())])
         for n, b in template.named_buffers():
             vals = [mb[n] for mb in member_buffers]
             if all(v.shape == b.shape and torch.equal(v, vals[0]) for v in vals):
@@ -256,7 +259,8 @@ class HeadEnsemble(nn.Module):
 
     @property
     def template(self):
-        """The (private copy of the) widest head whose forward every member runs."""
+        """The (private copy of the) widest head whose forward every member runs; for
+        one member, that member itself (its parameters are :attr:`params`)."""
         return self._template[0]
 
     def _stacked_params(self):
@@ -282,6 +286,14 @@ class HeadEnsemble(nn.Module):
         if not self._fast:
             return self._single_forward(x) if self.n_members == 1 else self._vmap_forward(x)
         return self._fast_forward(x)
+
+    def train(self, mode=True):
+        """As :meth:`torch.nn.Module.train`; a no-op when the stack is in that mode
+        already (skorch sets the mode before every step; the members' forwards set
+        the template's)."""
+        if isinstance(mode, bool) and mode == self.training:
+            return self
+        return super().train(mode)
 
     def _single_reason(self, why=None):
         why = why or ("" if self._fast else f" ({self.path_reason})")
@@ -313,24 +325,25 @@ class HeadEnsemble(nn.Module):
         return self._position_forward(x)
 
     def _single_forward(self, x):
-        """The one member's output: the template's forward with its parameters and
-        buffers swapped for the member's for the call."""
+        """The one member's output: the template's forward (the template holds the
+        member's parameters and buffers, see :meth:`_apply`)."""
         template = self.template
         if template.training != self.training:
             template.train(self.training)
-        shared, stacked = self._buffer_dicts()
-        values = (list(self.params) + [shared[n] for n in self._shared_names]
-                  + [stacked[n].squeeze(0) for n in self._stacked_names])
-        saved = []
-        try:
+        return template(x).unsqueeze(0)
+
+    def _apply(self, fn, recurse=True):
+        # ``to``/``cuda``/``double``... act on the stack's tensors; one member's
+        # template points at them again (buffers, and parameters where torch is set to
+        # replace rather than update them, become new tensors)
+        super()._apply(fn, recurse)
+        if not self._stacked:
+            shared, stacked = self._buffer_dicts()
+            values = (list(self.params) + [shared[n] for n in self._shared_names]
+                      + [stacked[n].squeeze(0) for n in self._stacked_names])
             for ((module, attr), kind, _), value in zip(self._slots, values):
-                store = getattr(module, kind)
-                saved.append((store, attr, store[attr]))
-                store[attr] = value
-            return template(x).unsqueeze(0)
-        finally:
-            for store, attr, value in saved:
-                store[attr] = value
+                getattr(module, kind)[attr] = value
+        return self
 
     def _cached(self, x, key, make):
         """``make()`` cached for the input ``x``: the same tensor object, not modified

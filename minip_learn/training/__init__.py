@@ -7,7 +7,7 @@ trains them with :class:`MinIPNet` (whole-batch iteration, a seeded shuffle) on 
 of their losses (:class:`MemberLoss`), stops each member on its own
 (:class:`StopWhenSolved`), splits shared features of ``table`` heads
 (:class:`SplitSharedFeatures`), returns freed memory to the OS on CPU
-(:class:`TrimMemory`), and unpacks every member into an ordinary fitted net.
+when the heap holds much of it (:class:`TrimMemory`), and unpacks every member into an ordinary fitted net.
 
 Layer: imports torch, skorch, numpy, :mod:`sklearn.utils` and
 :mod:`minip_learn.nn`, :mod:`minip_learn.metrics`; the estimators build on it.
@@ -15,6 +15,7 @@ Layer: imports torch, skorch, numpy, :mod:`sklearn.utils` and
 
 from ._callbacks import (
     TRIM_EVERY,
+    TRIM_MIN_FREE,
     MemberLog,
     ProgressBar,
     SplitSharedFeatures,
@@ -28,6 +29,7 @@ from ._net import BatchIterator, MemberLoss, MinIPHistory, MinIPNet, TrainLoss
 
 __all__ = [
     "TRIM_EVERY",
+    "TRIM_MIN_FREE",
     "BatchIterator",
     "MemberLog",
     "MemberLoss",

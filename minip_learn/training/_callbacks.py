@@ -19,12 +19,15 @@ __all__ = [
     "SplitSharedFeatures",
     "StopWhenSolved",
     "TRIM_EVERY",
+    "TRIM_MIN_FREE",
     "TrimMemory",
     "absolute_error",
 ]
 
 #: epochs between two ``malloc_trim`` calls of :class:`TrimMemory`
 TRIM_EVERY = 50
+#: bytes free in glibc's heap from which :class:`TrimMemory` trims (64 MiB)
+TRIM_MIN_FREE = 64 * 2**20
 
 
 def absolute_error(y_pred, y):
@@ -227,23 +230,52 @@ def _malloc_trim():
     return lambda: trim(0)
 
 
+def _heap_free_bytes():
+    """A function returning the bytes glibc's heap holds free (``mallinfo2().fordblks``,
+    glibc >= 2.33), or None."""
+    try:
+        import ctypes
+
+        class _MallInfo2(ctypes.Structure):
+            _fields_ = [(name, ctypes.c_size_t) for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+                "uordblks", "fordblks", "keepcost")]
+
+        info = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return None
+    info.restype = _MallInfo2
+    return lambda: int(info().fordblks)
+
+
 class TrimMemory(Callback):
-    """On CPU, return freed heap memory to the OS every ``every`` epochs (glibc only).
+    """On CPU, return freed heap memory to the OS every ``every`` epochs (glibc only),
+    when the heap holds at least ``min_free`` bytes free.
+
+    A trim hands the freed pages back, so the next steps fault fresh pages in: a small
+    fit, whose heap never holds much free memory, is left alone.
 
     Parameters
     ----------
     every : int, default=TRIM_EVERY
+    min_free : int, default=TRIM_MIN_FREE
+        Bytes free in the heap from which a trim pays (where glibc cannot tell, every
+        ``every`` epochs).
     """
 
-    def __init__(self, every=TRIM_EVERY):
+    def __init__(self, every=TRIM_EVERY, min_free=TRIM_MIN_FREE):
         self.every = every
+        self.min_free = min_free
 
     def on_train_begin(self, net, **kwargs):
         cpu = torch.device(net.device).type == "cpu"
         self.trim_ = _malloc_trim() if cpu else None
+        self.free_ = _heap_free_bytes() if cpu else None
 
     def on_epoch_end(self, net, **kwargs):
-        if self.trim_ is not None and len(net.history) % self.every == 0:
+        if self.trim_ is None or len(net.history) % self.every:
+            return
+        if self.free_ is None or self.free_() >= self.min_free:
             self.trim_()
 
 

@@ -82,7 +82,8 @@ class MinIPNet(NeuralNet):
 
     Differences from the stock net: whole-batch iteration (:class:`BatchIterator`)
     with a seeded shuffling generator, parameters cast to ``dtype`` when the module is
-    initialised, and a lean set of default callbacks (epoch timer and training loss).
+    initialised, a lean set of default callbacks (epoch timer and training loss), and
+    tensors already on the device passed to the module and the criterion unconverted.
     Its module is a single head (the fitted ``net_`` of an estimator) or, during
     training, a :class:`~minip_learn.nn.HeadEnsemble` of members with the criterion
     :class:`MemberLoss` (see :func:`~minip_learn.training.train_members`).
@@ -118,6 +119,21 @@ class MinIPNet(NeuralNet):
         if any(t.is_floating_point() and t.dtype != self.dtype for t in tensors):
             self.module_.to(dtype=self.dtype)
         return self
+
+    def _on_device(self, t):
+        return torch.is_tensor(t) and t.device == torch.device(self.device)
+
+    def infer(self, x, **fit_params):
+        # a tensor already on the device (every batch of BatchIterator) goes to the
+        # module as is; anything else through skorch's conversion
+        if not fit_params and self._on_device(x):
+            return self.module_(x)
+        return super().infer(x, **fit_params)
+
+    def get_loss(self, y_pred, y_true, X=None, training=False):
+        if self._on_device(y_true):
+            return self.criterion_(y_pred, y_true)
+        return super().get_loss(y_pred, y_true, X=X, training=training)
 
     def get_iterator(self, dataset, training=False):
         if training:
@@ -166,20 +182,39 @@ class TrainLoss(Callback):
 
 class _MemberMSE(torch.autograd.Function):
     """Mean squared error of every member, ``((y_pred - y) ** 2).mean()`` over all but
-    the first dimension; the gradient is one elementwise pass that keeps the memory
-    layout of ``y_pred`` (the pair path's outputs are position-major)."""
+    the first dimension, computed in the memory layout of ``y_pred``.
+
+    Outputs of the pair path are position-major (``y_pred[e]`` strided by ``E``): the
+    differences are then formed as a contiguous (positions, members) matrix and summed
+    over positions by a matrix-vector product (a strided reduction over the positions
+    costs several times more), and the gradient comes back in that layout.
+    """
 
     @staticmethod
     def forward(ctx, y_pred, y):
-        d = y_pred - y
+        E = y_pred.shape[0]
+        n = y_pred[0].numel()
+        flat = y_pred.reshape(E, n)  # a view in both layouts
+        target = y.expand(y_pred.shape[1:]).reshape(1, n)
+        position_major = E > 1 and flat.stride() == (1, E)
+        if position_major:
+            d = flat.T - target.T  # (positions, members), contiguous
+            losses = torch.mv((d * d).T, d.new_ones(n))
+        else:
+            d = flat - target
+            losses = (d * d).sum(1)
         ctx.save_for_backward(d)
-        return (d * d).sum(tuple(range(1, d.ndim))) / d[0].numel()
+        ctx.position_major = position_major
+        ctx.shape = y_pred.shape
+        return losses / n
 
     @staticmethod
     def backward(ctx, grad):
         (d,) = ctx.saved_tensors
-        scale = (2 / d[0].numel()) * grad
-        return d * scale.view((-1,) + (1,) * (d.ndim - 1)), None
+        scale = (2 / ctx.shape[1:].numel()) * grad
+        if ctx.position_major:
+            return (d * scale).T.view(ctx.shape), None
+        return (d * scale[:, None]).view(ctx.shape), None
 
 
 class MemberLoss(torch.nn.Module):
