@@ -12,6 +12,7 @@
 """
 
 import copy
+import inspect
 import json
 import os
 import statistics
@@ -56,20 +57,25 @@ def paired(benchmark, target, baseline, *, rounds):
 
 class _InitialState(Callback):
     """Keep a copy of the head as it was when training began (the only member of the
-    stack that a single fit trains)."""
+    stack that a single fit trains), and the class and settings of its optimizer."""
 
     def on_train_begin(self, net, **kwargs):
         stack = net.module_
         self.module = copy.deepcopy(stack.template).requires_grad_(True)
         self.module.load_state_dict(stack.member_state_dict(0))
+        opt = net.optimizer_
+        takes = inspect.signature(type(opt)).parameters
+        self.optimizer = type(opt), {k: v for k, v in opt.defaults.items() if k in takes}
 
 
-def hand_loop(est, X, y, epochs):
+def hand_loop(est, X, y, epochs, *, trained=None):
     """Train the same module as ``est.fit`` with a bare torch loop; return seconds.
 
     The module is the estimator's own head with the estimator's own initial weights
-    (captured by a one-epoch fit, untimed); optimizer (Adam, ``est.lr``), loss (MSE)
-    and full-batch data are the estimator's. ``epochs`` optimizer steps are timed.
+    (captured by a one-epoch fit, untimed); the optimizer (its class and settings: Adam
+    for the kernel estimators, AdamW with weight decay for softmax), loss (MSE) and
+    full-batch data are the estimator's. ``epochs`` optimizer steps are timed.
+    ``trained``: a list that receives the trained module.
     """
     initial = _InitialState()
     est.set_params(max_epochs=1, callbacks=[initial]).fit(X, y)
@@ -77,7 +83,8 @@ def hand_loop(est, X, y, epochs):
     module = initial.module
     Xt = torch.as_tensor(X, dtype=torch.float32)
     yt = torch.as_tensor(y, dtype=torch.float32)
-    opt = torch.optim.Adam(module.parameters(), lr=est.lr)
+    optimizer, settings = initial.optimizer
+    opt = optimizer(module.parameters(), **settings)
     loss_fn = torch.nn.MSELoss()
     start = time.perf_counter()
     for _ in range(epochs):
@@ -86,7 +93,10 @@ def hand_loop(est, X, y, epochs):
         loss.backward()
         opt.step()
         loss.item()  # the estimator logs the loss each epoch, which syncs
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    if trained is not None:
+        trained.append(module)
+    return elapsed
 
 
 # -- (c) attention forward: analytic and measured memory --------------------------------

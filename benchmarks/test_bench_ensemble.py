@@ -30,7 +30,7 @@ def test_ensemble_vs_separate_fits(benchmark, bench_record, bench_skip, quick, d
     fit_ensemble = getattr(model_selection, "fit_ensemble", None)
     if fit_ensemble is None:
         bench_skip("minip_learn.model_selection.fit_ensemble does not exist yet")
-    epochs, rounds = (30, 1) if quick else (100, 3)
+    epochs, rounds = (30, 1) if quick else (100, 5)
     if data == "random":
         X, y = make_minip(1000, seq_len=3, n_bits=24, min_gap=2, random_state=0)
         est = KernelAttentionRegressor(rank=16, stop_tolerance=None, max_epochs=epochs)
