@@ -144,7 +144,7 @@ def test_one_member_costs_the_plain_head():
     assert [id(b) for b in ens.buffers()] == [id(b) for b in ens.template.buffers()]
     torch.testing.assert_close(ens(x.float())[0], head.float()(x.float()), rtol=0, atol=0)
     ens.eval()
-    ens(x)
+    ens(x.float())
     assert not ens.template.training
 
 
