@@ -6,8 +6,9 @@ ranks x restarts). :func:`train_members` initialises the members as single fits 
 trains them with :class:`MinIPNet` (whole-batch iteration, a seeded shuffle) on the sum
 of their losses (:class:`MemberLoss`), stops each member on its own
 (:class:`StopWhenSolved`), splits shared features of ``table`` heads
-(:class:`SplitSharedFeatures`), returns freed memory to the OS on CPU
-when the heap holds much of it (:class:`TrimMemory`), and unpacks every member into an ordinary fitted net.
+(:class:`SplitSharedFeatures`), returns freed memory to the OS on CPU when the heap
+holds much of it (:class:`TrimMemory`), and unpacks every member into an ordinary
+fitted net.
 
 Layer: imports torch, skorch, numpy, :mod:`sklearn.utils` and
 :mod:`minip_learn.nn`, :mod:`minip_learn.metrics`; the estimators build on it.

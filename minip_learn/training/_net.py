@@ -214,7 +214,7 @@ class _MemberMSE(torch.autograd.Function):
         scale = (2 / ctx.shape[1:].numel()) * grad
         if ctx.position_major:
             return (d * scale).T.view(ctx.shape), None
-        return (d * scale[:, None]).view(ctx.shape), None
+        return (d * scale[:, None]).reshape(ctx.shape), None
 
 
 class MemberLoss(torch.nn.Module):
