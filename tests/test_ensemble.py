@@ -235,6 +235,21 @@ def test_foreach_steps_of_a_stack_are_the_per_tensor_steps(optimizer, kwargs):
         assert torch.equal(a, b)
 
 
+def test_stacks_of_several_members_step_foreach(monkeypatch):
+    from minip_learn.training import MinIPNet, train_members
+
+    seen = []
+    partial_fit = MinIPNet.partial_fit
+    monkeypatch.setattr(MinIPNet, "partial_fit", lambda self, *a, **k: (
+        seen.append(self.optimizer_.defaults["foreach"]), partial_fit(self, *a, **k))[1])
+    X, y = (torch.as_tensor(a, dtype=torch.float32)
+            for a in make_minip(16, seq_len=2, n_bits=5, random_state=0))
+    for n_members, want in ((2, True), (1, None)):
+        train_members(KernelAttentionHead, [(dict(n_bits=5, rank=2), s)
+                                            for s in range(n_members)], X, y, max_epochs=2)
+        assert seen.pop() is want
+
+
 @pytest.mark.parametrize("layout", ["member-major", "position-major"])
 def test_member_loss_is_each_members_mse(layout):
     # MemberLoss's MSE, in both memory layouts of the stack's outputs (the pair path's

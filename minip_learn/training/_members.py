@@ -106,8 +106,8 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
         extra.append(("progress", ProgressBar()))
     optimizer_params = {k: v for k, v in first.get_params().items()
                         if k.startswith("optimizer__")}
-    if (E > 1 and "optimizer__foreach" not in optimizer_params
-            and "foreach" in inspect.signature(first.optimizer).parameters):
+    if E > 1 and "optimizer__foreach" not in optimizer_params and _takes_foreach(
+            first.optimizer):
         # torch's multi-tensor loop: on CPU the same arithmetic as its default
         # per-tensor loop, with fewer calls per step for the stack's parameters
         optimizer_params["optimizer__foreach"] = True
@@ -137,6 +137,14 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
         _load_member(net, snap)
         net.history = MinIPHistory(histories[i])
     return ens.path, _final_errors(ens, nets, X, y, error, stop_tolerance)
+
+
+def _takes_foreach(optimizer):
+    """Whether the optimizer class (or factory) has a ``foreach`` argument."""
+    try:
+        return "foreach" in inspect.signature(optimizer).parameters
+    except (TypeError, ValueError):  # no signature to read
+        return False
 
 
 def _final_errors(ens, nets, X, y, error, stop_tolerance):
