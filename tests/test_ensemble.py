@@ -180,6 +180,33 @@ def test_members_equal_separate_fits_on_witness_suite(case, monkeypatch):
                                    ref.net_.history[:, "train_loss"], rtol=1e-6)
 
 
+
+@pytest.mark.parametrize("vocabulary", ["the tokens", "one more token", "reversed"])
+def test_pair_path_gathers_table_rows_only_when_needed(vocabulary):
+    # a table whose rows are the input's distinct tokens in order is read as it is;
+    # any other vocabulary is gathered: every variant equals the per-position path and
+    # the heads themselves
+    x = _repeated_tokens()
+    tokens = np.unique(x.reshape(-1, 6).numpy(), axis=0)
+    every = np.array([[(v >> b) & 1 for b in range(6)] for v in range(64)], dtype=float)
+    unseen = next(t for t in every if not (tokens == t).all(1).any())
+    vocab = {"the tokens": tokens, "one more token": np.vstack([tokens, unseen]),
+             "reversed": tokens[::-1].copy()}[vocabulary]
+    heads = []
+    for seed, rank in enumerate((2, 4)):
+        torch.manual_seed(seed)
+        heads.append(KernelAttentionHead(6, rank, feature_map="table",
+                                         feature_kwargs={"vocabulary": vocab}).double())
+    ens = HeadEnsemble(heads)
+    plan = ens._pair_plan(x)
+    out = ens._pair_forward(x, plan)
+    gathers = [v for k, v in ens._input_cache[2].items() if k[0] == "index"]
+    assert len(gathers) == 2
+    assert all((g is None) == (vocabulary == "the tokens") for g in gathers)
+    torch.testing.assert_close(out, ens._position_forward(x), rtol=0, atol=1e-12)
+    for i, head in enumerate(heads):
+        torch.testing.assert_close(out[i], head(x), rtol=0, atol=1e-12)
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_members_equal_separate_fits(case, data):
     X, y = data

@@ -88,6 +88,14 @@ def _unique_rows(t):
     return t[torch.from_numpy(first).to(t.device)], torch.from_numpy(inv).to(t.device)
 
 
+def _gather_index(idx, n_rows):
+    """``idx``, or None when it is ``0, 1, ..., n_rows - 1`` (gathering is a no-op)."""
+    if len(idx) == n_rows and bool(
+            (idx == torch.arange(n_rows, device=idx.device, dtype=idx.dtype)).all()):
+        return None
+    return idx
+
+
 def _sequences(x):
     """``x`` of shape (..., seq_len, n_bits) as (n_sequences, seq_len, n_bits)."""
     return x.reshape((-1,) + tuple(x.shape[-2:]))
@@ -427,10 +435,14 @@ class HeadEnsemble(nn.Module):
         def feats(fm):  # log-features of log-domain maps, else features
             if fm.fused_form == "table":
                 tab = P[paths[id(fm)] + ".log_table"]  # (E, n_tokens, r)
+                # the table row of every token; None where the tokens are the table's
+                # rows in order (the pair path on the training tokens): no gather
                 idx = self._cached(x, ("index", key, id(fm)),
-                                   lambda: fm.token_index(tokens).T.reshape(-1))
+                                   lambda: _gather_index(fm.token_index(tokens).T.reshape(-1),
+                                                         tab.shape[1]))
                 r = tab.shape[2]
-                return tab.permute(2, 0, 1)[:, :, idx].view(r, E, N, n).permute(1, 3, 2, 0)
+                rows = tab.permute(2, 0, 1) if idx is None else tab.permute(2, 0, 1)[:, :, idx]
+                return rows.view(r, E, N, n).permute(1, 3, 2, 0)
             z = linear(fm.encoder)
             return z if fm.log_domain else fm.activation(z)
 
