@@ -441,7 +441,9 @@ class HeadEnsemble(nn.Module):
                                    lambda: _gather_index(fm.token_index(tokens).T.reshape(-1),
                                                          tab.shape[1]))
                 r = tab.shape[2]
-                rows = tab.permute(2, 0, 1) if idx is None else tab.permute(2, 0, 1)[:, :, idx]
+                rows = tab.permute(2, 0, 1)
+                if idx is not None:
+                    rows = rows[:, :, idx]
                 return rows.view(r, E, N, n).permute(1, 3, 2, 0)
             z = linear(fm.encoder)
             return z if fm.log_domain else fm.activation(z)

@@ -4,6 +4,7 @@ Each works per member of the :class:`~minip_learn.nn.HeadEnsemble` that the net
 trains (one member for a single ``fit``).
 """
 
+import ctypes
 import math
 
 import numpy as np
@@ -211,6 +212,14 @@ class SplitSharedFeatures(Callback):
                            [int(moved[i]) if i in live else None for i in range(E)])
 
 
+def _glibc(name):
+    """The C function ``name`` of glibc, or None (another C library, or an older glibc)."""
+    try:
+        return getattr(ctypes.CDLL("libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def _malloc_trim():
     """A function returning freed heap memory to the OS (glibc's ``malloc_trim``), or None.
 
@@ -219,30 +228,24 @@ def _malloc_trim():
     resident size of a rank-128 ensemble grew to several GB (15 GB peak in the full
     witness run) although the live tensors need a few hundred MB.
     """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc("malloc_trim")
+    if trim is None:
         return None
     trim.argtypes = [ctypes.c_size_t]
     return lambda: trim(0)
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
 def _heap_free_bytes():
     """A function returning the bytes glibc's heap holds free (``mallinfo2().fordblks``,
     glibc >= 2.33), or None."""
-    try:
-        import ctypes
-
-        class _MallInfo2(ctypes.Structure):
-            _fields_ = [(name, ctypes.c_size_t) for name in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
-                "uordblks", "fordblks", "keepcost")]
-
-        info = ctypes.CDLL("libc.so.6").mallinfo2
-    except (OSError, AttributeError):
+    info = _glibc("mallinfo2")
+    if info is None:
         return None
     info.restype = _MallInfo2
     return lambda: int(info().fordblks)
