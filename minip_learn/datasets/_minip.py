@@ -10,7 +10,7 @@ from .._validation import check_float, check_int, check_sequences
 __all__ = ["minip_targets", "minip_gaps", "make_minip"]
 
 
-def _overlaps(X, chunk=1 << 16):
+def token_overlaps(X, chunk=1 << 16):
     """Pairwise inner products ``<x_i, x_j>`` of shape (n_samples, seq_len, seq_len).
 
     Computed in chunks of ``chunk`` sequences, so that the temporaries stay small.
@@ -63,7 +63,7 @@ def minip_targets(X):
     array([[2]])
     """
     X, _ = check_sequences(X, binary=True)
-    return _overlaps(X).min(axis=2)
+    return token_overlaps(X).min(axis=2)
 
 
 def minip_gaps(X):
@@ -96,17 +96,17 @@ def minip_gaps(X):
         raise ValueError(
             f"minip_gaps needs seq_len >= 3 (two competing candidates); got seq_len={X.shape[1]}."
         )
-    return _gaps(_overlaps(X))
+    return pairwise_gaps(token_overlaps(X))
 
 
-def _gaps(G):
+def pairwise_gaps(G):
     n, N, _ = G.shape
     others = G[:, ~np.eye(N, dtype=bool)].reshape(n, N, N - 1)
     two = np.sort(others, axis=2)[:, :, :2]
     return two[:, :, 1] - two[:, :, 0]
 
 
-def _check_min_gap(min_gap, seq_len, n_bits):
+def check_min_gap(min_gap, seq_len, n_bits):
     """The ``ValueError`` of a ``min_gap`` that no sequence of ``seq_len`` tokens of
     ``n_bits`` bits can have (a positive gap needs two competing candidates)."""
     if min_gap > 0 and seq_len < 3:
@@ -117,7 +117,7 @@ def _check_min_gap(min_gap, seq_len, n_bits):
         raise ValueError(f"min_gap={min_gap} cannot exceed n_bits={n_bits}.")
 
 
-def _seed_param(random_state):
+def seed_param(random_state):
     """``random_state`` as recorded in a data set's ``params``: the int, else None."""
     return random_state if isinstance(random_state, numbers.Integral) else None
 
@@ -201,7 +201,7 @@ def make_minip(
     n_bits = check_int(n_bits, "n_bits", min_value=1)
     density = check_float(density, "density", min_value=0.0, max_value=1.0)
     min_gap = check_int(min_gap, "min_gap", min_value=0)
-    _check_min_gap(min_gap, seq_len, n_bits)
+    check_min_gap(min_gap, seq_len, n_bits)
     if distinct_tokens and seq_len > 2**n_bits:
         raise ValueError(f"distinct_tokens needs seq_len <= 2**n_bits; got seq_len={seq_len}.")
     if max_draws is None:
@@ -218,9 +218,9 @@ def make_minip(
         n_drawn += size
         keep = np.ones(size, dtype=bool)
         if min_gap > 0 or distinct_tokens:
-            G = _overlaps(X)
+            G = token_overlaps(X)
             if min_gap > 0:
-                keep &= (_gaps(G) >= min_gap).all(axis=1)
+                keep &= (pairwise_gaps(G) >= min_gap).all(axis=1)
             if distinct_tokens and seq_len > 1:
                 # two tokens are equal iff <a,b> = |a| = |b|
                 norms = np.diagonal(G, axis1=1, axis2=2)
@@ -248,18 +248,18 @@ def make_minip(
             f"{n_drawn} draws; relax them, change density, or raise max_draws."
         )
     X = np.concatenate(accepted)[:n_samples]
-    y = _overlaps(X).min(axis=2)
+    y = token_overlaps(X).min(axis=2)
     if return_X_y:
         return X, y
     params = dict(
         n_samples=n_samples, seq_len=seq_len, n_bits=n_bits, density=density,
         min_gap=min_gap, distinct_tokens=bool(distinct_tokens), unique=bool(unique),
-        random_state=_seed_param(random_state),
+        random_state=seed_param(random_state),
     )
     return Bunch(
         X=X,
         y=y,
-        gaps=_gaps(_overlaps(X)) if seq_len >= 3 else None,
+        gaps=pairwise_gaps(token_overlaps(X)) if seq_len >= 3 else None,
         params=params,
         n_drawn=n_drawn,
         DESCR=_DESCR.format(n_drawn=n_drawn, **params),

@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
 from .._validation import check_float, check_int, check_sequences
-from ._minip import _check_min_gap, _gaps, _overlaps, _seed_param
+from ._minip import check_min_gap, pairwise_gaps, seed_param, token_overlaps
 
 __all__ = ["check_token_leakage", "make_ood_minip"]
 
@@ -109,7 +109,7 @@ def _sequences_from_pool(pool, n_samples, seq_len, min_gap, rng, max_draws, name
     """``n_samples`` sequences of distinct pool tokens, every gap >= min_gap, no two of
     them equal up to the order of their tokens (the same multiset is one example)."""
     n_pool = len(pool)
-    G = _overlaps(pool[None])[0]  # pool overlap matrix
+    G = token_overlaps(pool[None])[0]  # pool overlap matrix
 
     def draw(size):
         # seq_len distinct pool indices per candidate, every gap >= min_gap
@@ -118,7 +118,7 @@ def _sequences_from_pool(pool, n_samples, seq_len, min_gap, rng, max_draws, name
         idx = idx[(srt[:, 1:] != srt[:, :-1]).all(axis=1)]
         if min_gap > 0:
             sub = G[idx[:, :, None], idx[:, None, :]]
-            idx = idx[(_gaps(sub) >= min_gap).all(axis=1)]
+            idx = idx[(pairwise_gaps(sub) >= min_gap).all(axis=1)]
         return idx, [row.tobytes() for row in np.sort(idx, axis=1)]
 
     rows = _draw_distinct(n_samples, max_draws, draw, min_batch=256, factor=4)
@@ -229,7 +229,7 @@ def make_ood_minip(
     min_gap = check_int(min_gap, "min_gap", min_value=0)
     if n_bits < 63 and n_tokens > 2**n_bits:
         raise ValueError(f"n_tokens={n_tokens} exceeds the 2**n_bits={2**n_bits} possible tokens.")
-    _check_min_gap(min_gap, seq_len, n_bits)
+    check_min_gap(min_gap, seq_len, n_bits)
     if isinstance(test_tokens, numbers.Integral) and not isinstance(test_tokens, bool):
         n_test_tokens = int(test_tokens)
     elif isinstance(test_tokens, numbers.Real) and not isinstance(test_tokens, bool):
@@ -264,11 +264,11 @@ def make_ood_minip(
         n_train=n_train, n_test=n_test, n_bits=n_bits, n_tokens=n_tokens,
         n_train_tokens=n_train_tokens, n_test_tokens=n_test_tokens, seq_len=seq_len,
         density=density, min_gap=min_gap,
-        random_state=_seed_param(random_state),
+        random_state=seed_param(random_state),
     )
     return Bunch(
-        X_train=X_train, y_train=_overlaps(X_train).min(axis=2),
-        X_test=X_test, y_test=_overlaps(X_test).min(axis=2),
+        X_train=X_train, y_train=token_overlaps(X_train).min(axis=2),
+        X_test=X_test, y_test=token_overlaps(X_test).min(axis=2),
         train_tokens=train_tokens, test_tokens=test_pool, params=params,
         DESCR=_DESCR.format(**params),
     )

@@ -24,7 +24,7 @@ from ..theory import (
     witness_family,
 )
 from ..theory.design import LADDER_GAPS
-from ._minip import _seed_param, minip_targets
+from ._minip import minip_targets, seed_param
 
 __all__ = ["make_witness_suite"]
 
@@ -301,7 +301,7 @@ def make_witness_suite(
         n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
         n_queries=int(n), ladder_gap=d.ladder_gap,
         ladder_steps=int(steps.max(initial=0)), max_sequences=max_sequences,
-        random_state=_seed_param(random_state),
+        random_state=seed_param(random_state),
     )
     off = ~np.eye(n, dtype=bool)
     return Bunch(

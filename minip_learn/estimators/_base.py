@@ -77,7 +77,7 @@ def _to_tensor(arr, dtype, device):
     return torch.from_numpy(np.array(arr, dtype=_NP_DTYPES[dtype], order="C")).to(device)
 
 
-class _AttentionEstimator(BaseEstimator):
+class AttentionEstimator(BaseEstimator):
     """Shared fit/predict of the attention-head estimators.
 
     Subclasses declare their hyperparameters' constraints in
@@ -433,7 +433,7 @@ class _AttentionEstimator(BaseEstimator):
         return tags
 
 
-class _ExactMatchScore:
+class ExactMatchScore:
     """The sequence exact-match ``score`` of every estimator of this library."""
 
     def score(self, X, y, sample_weight=None):
@@ -457,7 +457,7 @@ class _ExactMatchScore:
         return self._exact_match(X, y, self.predict(X))
 
 
-class _AttentionRegressorMixin(_ExactMatchScore, RegressorMixin):
+class AttentionRegressorMixin(ExactMatchScore, RegressorMixin):
     """Real outputs per token, exact when within 1/2 of the target."""
 
     def predict(self, X):

@@ -7,8 +7,8 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 
 from .._validation import check_minip_targets, check_targets, ravel_column_vector
-from ._base import _ExactMatchScore
-from .kernel import _KernelAttention
+from ._base import ExactMatchScore
+from .kernel import KernelAttentionBase
 
 __all__ = ["KernelAttentionClassifier"]
 
@@ -28,7 +28,7 @@ def _class_distance(logits, target):
     return (logits.argmax(-1).to(target.dtype) - target).abs()
 
 
-class KernelAttentionClassifier(_ExactMatchScore, ClassifierMixin, _KernelAttention):
+class KernelAttentionClassifier(ExactMatchScore, ClassifierMixin, KernelAttentionBase):
     """Kernel attention with class logits and an argmax readout -- **outside the theorem**.
 
     The same model as :class:`KernelAttentionRegressor` (same hyperparameters:

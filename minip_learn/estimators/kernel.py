@@ -12,7 +12,7 @@ from ..nn import (
     get_feature_map,
 )
 from ..nn.feature_maps import is_registered
-from ._base import _AttentionEstimator, _AttentionRegressorMixin
+from ._base import AttentionEstimator, AttentionRegressorMixin
 
 __all__ = ["KernelAttentionRegressor"]
 
@@ -22,11 +22,11 @@ def _check_feature_map(value, name):
     return value
 
 
-class _KernelAttention(_AttentionEstimator):
+class KernelAttentionBase(AttentionEstimator):
     """Hyperparameters, module and prediction of the kernel-attention estimators."""
 
     _parameter_constraints = {
-        **_AttentionEstimator._parameter_constraints,
+        **AttentionEstimator._parameter_constraints,
         "split_every": ("int", {"min": 1, "none": True}),
         "feature_map": _check_feature_map,
         "feature_kwargs": ("instance", {"types": (dict,), "none": True,
@@ -219,7 +219,7 @@ class _KernelAttention(_AttentionEstimator):
             )
 
 
-class KernelAttentionRegressor(_AttentionRegressorMixin, _KernelAttention):
+class KernelAttentionRegressor(AttentionRegressorMixin, KernelAttentionBase):
     """Normalised nonnegative kernel-attention head (rank ``r``) as a regressor.
 
     ``p_i = rho_{x_i}(u_i)`` with ``u_i = sum_j alpha(x_i, x_j) v(x_j) / sum_j alpha(x_i, x_j)``

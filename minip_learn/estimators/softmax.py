@@ -1,12 +1,12 @@
 """The softmax-attention regressor (the dense baseline of the kernel heads)."""
 
 from ..nn import SoftmaxAttentionHead
-from ._base import _AttentionEstimator, _AttentionRegressorMixin
+from ._base import AttentionEstimator, AttentionRegressorMixin
 
 __all__ = ["SoftmaxAttentionRegressor"]
 
 
-class SoftmaxAttentionRegressor(_AttentionRegressorMixin, _AttentionEstimator):
+class SoftmaxAttentionRegressor(AttentionRegressorMixin, AttentionEstimator):
     """Dense softmax-attention head as a regressor.
 
     Scores ``q(x_i)^T k(x_j) / temperature`` with learnable affine ``q, k`` of
@@ -54,7 +54,7 @@ dtype, device, random_state, verbose
     """
 
     _parameter_constraints = {
-        **_AttentionEstimator._parameter_constraints,
+        **AttentionEstimator._parameter_constraints,
         "score_dim": ("int", {"min": 1, "none": True}),
         "value_dim": ("int", {"min": 1, "none": True}),
         "temperature": ("real", {"min": 0.0, "strict": True}),

@@ -16,7 +16,7 @@ from ..model_selection import check_writable, rank_sweep, resolve_devices
 __all__ = ["markdown_table"]
 
 
-def _fmt(value, digits=3):
+def fmt(value, digits=3):
     if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return "-"
     if isinstance(value, (float, np.floating)):
@@ -42,46 +42,46 @@ def markdown_table(df, columns=None):
     columns = list(df.columns) if columns is None else list(columns)
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---:" for _ in columns) + "|"]
     for _, row in df.iterrows():
-        lines.append("| " + " | ".join(_fmt(row[c]) for c in columns) + " |")
+        lines.append("| " + " | ".join(fmt(row[c]) for c in columns) + " |")
     return "\n".join(lines)
 
 
-def _display(summary, row):
+def display(summary, row):
     """A recipe's displayed table: ``row(r)`` (column name -> shown value) for every
     row ``r`` of ``summary``, in order."""
     return pd.DataFrame([row(r) for _, r in summary.iterrows()])
 
 
-def _theorem_text(applies):
+def theorem_text(applies):
     """The "theorem applies" cell of a displayed table."""
     return "yes" if applies else "no (R7)"
 
 
-def _display_summary(summary):
+def display_summary(summary):
     """The per-setting summary of :func:`~minip_learn.model_selection.summarize_sweep`
     as shown in ``summary.md``."""
-    return _display(summary, _summary_row)
+    return display(summary, _summary_row)
 
 
 def _summary_row(r):
     row = {}
     if "seq_len" in r:
-        row["seq_len"] = _fmt(r["seq_len"])
+        row["seq_len"] = fmt(r["seq_len"])
     row["model"] = r.get("model", r.get("estimator"))
     fm = r.get("feature_map")
     row["feature map"] = fm if isinstance(fm, str) else "-"
-    row["rank"] = _fmt(r["rank"]) if "rank" in r else "-"
+    row["rank"] = fmt(r["rank"]) if "rank" in r else "-"
     row["solved"] = f"{int(r['n_solved'])}/{int(r['n_fits'])}"
     row["solved fraction [95% CI]"] = (
         f"{r['solved_fraction']:.2f} [{r['solved_ci_low']:.2f}, {r['solved_ci_high']:.2f}]")
-    row["exact-match"] = _fmt(r.get("exact_match_mean"))
-    row["max error (median)"] = _fmt(r.get("max_abs_error_median"))
-    row["epochs"] = _fmt(r.get("n_epochs_mean"), 4)
-    row["fit time (s)"] = _fmt(r.get("fit_time_mean"))
+    row["exact-match"] = fmt(r.get("exact_match_mean"))
+    row["max error (median)"] = fmt(r.get("max_abs_error_median"))
+    row["epochs"] = fmt(r.get("n_epochs_mean"), 4)
+    row["fit time (s)"] = fmt(r.get("fit_time_mean"))
     return row
 
 
-def _report(title, text, table, checks, labels=None, note=None):
+def report(title, text, table, checks, labels=None, note=None):
     """A recipe's ``summary.md``: title, description, table, an optional note and the
     checks as a task list (``labels``: check name -> text)."""
     lines = [f"## {title}", "", text, "", markdown_table(table), ""]
@@ -93,7 +93,7 @@ def _report(title, text, table, checks, labels=None, note=None):
     return "\n".join(lines)
 
 
-def _settings_text(params):
+def settings_text(params):
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
 

@@ -11,7 +11,7 @@ from sklearn.utils import Bunch
 
 from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionClassifier, KernelAttentionRegressor
-from ._shared import Recipe, _display, _fmt, _report, _settings_text, _theorem_text
+from ._shared import Recipe, display, fmt, report, settings_text, theorem_text
 
 __all__ = ["SETTINGS", "beyond_experiment"]
 
@@ -189,35 +189,35 @@ def beyond_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     return recipe.finish(Bunch(results=results, summary=summary, solved_below_bound=below,
                                markdown=markdown, checks=checks, certified_min_rank=bound,
                                figures=figs),
-                         table=_display(summary, _beyond_row))
+                         table=display(summary, _beyond_row))
 
 def _beyond_row(r):
     return {
         "variant": r["variant"],
-        "theorem applies": _theorem_text(r["theorem_applies"]),
-        "rank": _fmt(r["rank"]),
+        "theorem applies": theorem_text(r["theorem_applies"]),
+        "rank": fmt(r["rank"]),
         "solved": f"{int(r['n_solved'])}/{int(r['n_fits'])}",
-        "exact-match": _fmt(r["exact_match"]),
-        "max error (median)": _fmt(r["max_error_median"]),
+        "exact-match": fmt(r["exact_match"]),
+        "max error (median)": fmt(r["max_error_median"]),
         "capacity / transcript bits (R8)":
-            f"{_fmt(r['capacity_bits'])} / {_fmt(r['transcript_bits'])}",
-        "epochs": _fmt(r["epochs"], 4),
+            f"{fmt(r['capacity_bits'])} / {fmt(r['transcript_bits'])}",
+        "epochs": fmt(r["epochs"], 4),
     }
 
 
 def _beyond_markdown(suite, cfg, summary, below, checks):
     bound = int(suite.certified_min_rank)
-    return _report(
+    return report(
         "Beyond the theorem: variants against the certified bound",
         f"Suite `{suite.construction}`: {len(suite.X)} sequences of length "
         f"{suite.X.shape[1]} over {suite.X.shape[2]}-bit tokens; certified minimum rank "
         f"**{bound}** for a single nonnegative head with an affine readout (R5). Shared "
-        "settings: " + _settings_text(cfg["base"])
+        "settings: " + settings_text(cfg["base"])
         + f"; seeds {list(cfg['seeds'])}. Variants marked *no (R7)* are outside the "
         "theorem: solving below the bound is allowed for them and is reported as a "
         "finding. The R8 column compares the model's channel capacity (heads x layers "
         "x rank x significand bits) with the transcript bound of one sequence.",
-        _display(summary, _beyond_row), checks,
+        display(summary, _beyond_row), checks,
         note="Solved below the certified bound: " + ", ".join(
             f"{name}: {'rank ' + str(r) if r is not None else 'no'}"
             for name, r in below.items()) + ".",

@@ -11,7 +11,7 @@ from sklearn.utils import Bunch
 from ..datasets import make_witness_suite, minip_targets
 from ..estimators import KernelAttentionRegressor
 from ..model_selection import summarize_sweep
-from ._shared import Recipe, _display_summary, _report, _settings_text
+from ._shared import Recipe, display_summary, report, settings_text
 
 __all__ = ["SETTINGS", "length_experiment"]
 
@@ -115,14 +115,14 @@ def length_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
         checks[f"seq_len_{n}_none_solved_below_bound"] = bool(
             not g.loc[g["rank"] < bounds[n], "solved"].any())
         checks[f"seq_len_{n}_solved_at_some_rank"] = bool(g["solved"].any())
-    markdown = _report(
+    markdown = report(
         "Length transition",
         f"Tokens of the `{suite.construction}` witness suite ({len(suite.tokens)} tokens, "
         f"{suite.X.shape[2]} bits): length 1 = every token, length 2 = every ordered pair, "
         f"length {suite.X.shape[1]} = the suite ({len(suite.X)} sequences, certified "
         f"minimum rank **{suite.certified_min_rank}**). Kernel: "
-        + _settings_text(cfg["kernel"]) + f"; seeds {list(cfg['seeds'])}.",
-        _display_summary(summary), checks)
+        + settings_text(cfg["kernel"]) + f"; seeds {list(cfg['seeds'])}.",
+        display_summary(summary), checks)
     figs = {}
     if figures:
         from ..plotting import plot_length_transition

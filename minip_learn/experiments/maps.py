@@ -16,7 +16,7 @@ from ..datasets import make_ood_minip, make_witness_suite
 from ..estimators import KernelAttentionRegressor
 from ..metrics import sequence_exact_match
 from ..nn import available_feature_maps, get_feature_map
-from ._shared import Recipe, _display, _fmt, _report, _settings_text, _theorem_text
+from ._shared import Recipe, display, fmt, report, settings_text, theorem_text
 
 __all__ = ["SETTINGS", "maps_experiment"]
 
@@ -180,35 +180,35 @@ def maps_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress
     figs = {"leaderboard": _leaderboard_figure(summary, bound, suite)} if figures else {}
     return recipe.finish(Bunch(results=results, summary=summary, markdown=markdown,
                                checks=checks, certified_min_rank=bound, figures=figs),
-                         table=_display(summary, _maps_row))
+                         table=display(summary, _maps_row))
 
 
 def _maps_row(r):
     return {
         "feature map": r["feature_map"],
-        "theorem applies": _theorem_text(r["theorem_applies"]),
-        "smallest solving rank": _fmt(r["smallest_solving_rank"]),
-        "kernel min": _fmt(r["kernel_min"]),
-        "OOD exact-match (rank)": f"{_fmt(r['ood_exact_match'])} ({r['ood_rank']})",
-        "fit time (s)": _fmt(r["fit_time"]),
+        "theorem applies": theorem_text(r["theorem_applies"]),
+        "smallest solving rank": fmt(r["smallest_solving_rank"]),
+        "kernel min": fmt(r["kernel_min"]),
+        "OOD exact-match (rank)": f"{fmt(r['ood_exact_match'])} ({r['ood_rank']})",
+        "fit time (s)": fmt(r["fit_time"]),
         "ranks tried": r["ranks"],
     }
 
 
 def _maps_markdown(suite, cfg, summary, checks):
     bound = int(suite.certified_min_rank)
-    return _report(
+    return report(
         "Feature maps: rank needed, theorem flag, out-of-distribution exact-match",
         f"Suite `{suite.construction}`: {len(suite.X)} sequences of length "
         f"{suite.X.shape[1]} over {suite.X.shape[2]}-bit tokens; certified minimum rank "
         f"**{bound}** for a single head whose kernel is nonnegative (R5). Witness fits: "
-        + _settings_text(cfg["kernel"]) + f"; seeds {list(cfg['seeds'])}. OOD task: "
-        + _settings_text(cfg["ood"]) + "; " + _settings_text(cfg["ood_kernel"])
+        + settings_text(cfg["kernel"]) + f"; seeds {list(cfg['seeds'])}. OOD task: "
+        + settings_text(cfg["ood"]) + "; " + settings_text(cfg["ood_kernel"])
         + ". *Smallest solving rank*: the smallest rank of the grid at which a fit "
         "solves every sequence ('-': none). *Kernel min*: the smallest kernel value of "
         "the fitted heads over pairs of training tokens; the theorem covers a map whose "
         "kernel is declared or measured nonnegative.",
-        _display(summary, _maps_row), checks,
+        display(summary, _maps_row), checks,
         labels={"no_covered_map_solved_below_bound":
                 f"no fit covered by the theorem solved below rank {bound}"})
 

@@ -11,7 +11,7 @@ from sklearn.utils import Bunch
 from ..datasets import check_token_leakage, make_ood_minip
 from ..estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from ..metrics import max_abs_error, sequence_exact_match, solved, token_accuracy
-from ._shared import Recipe, _display, _fmt, _report, _settings_text
+from ._shared import Recipe, display, fmt, report, settings_text
 
 __all__ = ["SETTINGS", "ood_experiment"]
 
@@ -196,22 +196,22 @@ def ood_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=
         figs["ood_transition"] = ax.figure
     return recipe.finish(Bunch(results=results, summary=summary, jump_ranks=jumps,
                                markdown=markdown, checks=checks, figures=figs),
-                         table=_display(summary, _ood_row))
+                         table=display(summary, _ood_row))
 
 
 def _ood_row(r):
     return {
-        "n_bits": _fmt(r["n_bits"]),
-        "tokens": _fmt(r["n_tokens"]),
+        "n_bits": fmt(r["n_bits"]),
+        "tokens": fmt(r["n_tokens"]),
         "model": r["model"],
         "feature map": r["feature_map"] if isinstance(r["feature_map"], str) else "-",
-        "rank": _fmt(r["rank"]),
-        "train exact-match": _fmt(r["train_exact_match"]),
-        "test exact-match (mean)": _fmt(r["test_exact_match"]),
-        "test exact-match (min)": _fmt(r["test_exact_match_min"]),
+        "rank": fmt(r["rank"]),
+        "train exact-match": fmt(r["train_exact_match"]),
+        "test exact-match (mean)": fmt(r["test_exact_match"]),
+        "test exact-match (min)": fmt(r["test_exact_match_min"]),
         "test solved": f"{int(r['test_solved'])}/{int(r['n_fits'])}",
-        "test max error (median)": _fmt(r["test_max_error_median"]),
-        "epochs": _fmt(r["epochs"], 4),
+        "test max error (median)": fmt(r["test_max_error_median"]),
+        "epochs": fmt(r["epochs"], 4),
     }
 
 
@@ -221,15 +221,15 @@ def _ood_markdown(cfg, datasets, summary, jumps, checks):
         f"{d.params['n_test_tokens']} test tokens, {len(d.X_train)} / {len(d.X_test)} "
         f"sequences" for d in datasets)
     thr = cfg["threshold"]
-    return _report(
+    return report(
         "Out-of-distribution scaling: disjoint train/test token pools",
         f"Scales: {scales}. Hard length-3 sequences (min_gap="
         f"{cfg['data'].get('min_gap', 2)}); no test token occurs in training. Kernel: "
-        + _settings_text(cfg["kernel"])
+        + settings_text(cfg["kernel"])
         + f"; seeds {list(cfg['seeds'])}. Softmax: seeds {list(cfg['softmax_seeds'])}. "
         "Exact-match is the fraction of sequences with every position within 1/2; "
         "*test solved* counts fits that are exact on every test sequence.",
-        _display(summary, _ood_row), checks,
+        display(summary, _ood_row), checks,
         note="Jump rank (smallest rank whose every seed reaches test exact-match "
              f">= {thr}): " + ", ".join(
                  f"m = {datasets[s].params['n_bits']}: "

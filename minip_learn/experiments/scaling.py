@@ -43,7 +43,7 @@ from ..constructions import exact_kernel_realization
 from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from ..theory import bound_table, certify
-from ._shared import Recipe, _report, _settings_text
+from ._shared import Recipe, report, settings_text
 
 __all__ = ["SETTINGS", "SUMMARY_COLUMNS", "factorized_kernel_head", "growth_fit",
            "scaling_checks", "scaling_experiment", "verify_solver"]
@@ -832,15 +832,15 @@ def _markdown(summary, growth, checks, cfg):
     summary = summary.assign(fit_time_total=summary[
         ["training_time", "construction_time", "softmax_time"]].sum(axis=1))
     table = pd.DataFrame({head: summary[col] for head, col in _DISPLAY_COLUMNS.items()})
-    text = (f"Witness suites `make_witness_suite(n_bits=m, {_settings_text(cfg['suite'])})`; "
+    text = (f"Witness suites `make_witness_suite(n_bits=m, {settings_text(cfg['suite'])})`; "
             f"kernel maps {list(cfg['feature_maps'])}, seeds {list(cfg['seeds'])} per rank "
-            f"({_settings_text(cfg['kernel'])}); construction seeds "
+            f"({settings_text(cfg['kernel'])}); construction seeds "
             f"{list(cfg['construction']['seeds'])} "
-            f"({_settings_text({k: v for k, v in cfg['construction'].items() if k != 'seeds'})}); "
+            f"({settings_text({k: v for k, v in cfg['construction'].items() if k != 'seeds'})}); "
             f"at most {cfg['max_probes'] or 'unlimited'} probes per search; softmax "
             f"(score_dim = m) seeds {list(cfg['softmax_seeds'])} "
-            f"({_settings_text(cfg['softmax'])}).")
+            f"({settings_text(cfg['softmax'])}).")
     note = None if growth is None else (
         "Growth (least squares of log2 rank against m):\n\n" + _growth_lines(growth))
-    return _report("Rank sandwich across n_bits", text, table, checks,
+    return report("Rank sandwich across n_bits", text, table, checks,
                    labels=_CHECK_LABELS, note=note).rstrip()

@@ -15,7 +15,7 @@ from sklearn.utils import Bunch
 from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from ..model_selection import summarize_sweep
-from ._shared import Recipe, _display_summary, _report, _settings_text
+from ._shared import Recipe, display_summary, report, settings_text
 
 __all__ = ["SETTINGS", "witness_experiment"]
 
@@ -149,15 +149,15 @@ def witness_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
 
 def _witness_markdown(suite, cfg, summary, checks, solving):
     X = suite.X
-    return _report(
+    return report(
         "Witness suite: phase transition over feature rank",
         f"Suite `{suite.construction}`: {len(X)} sequences of length {X.shape[1]} over "
         f"{suite.constructive_rank} distinct {X.shape[2]}-bit tokens; certified minimum "
         f"rank **{suite.certified_min_rank}** (theory, R5), constructive rank "
         f"**{suite.constructive_rank}** (theory, R3). Kernel: "
-        + _settings_text(cfg["kernel"])
+        + settings_text(cfg["kernel"])
         + f"; seeds {list(cfg['seeds'])}. Softmax seeds {list(cfg['softmax_seeds'])}.",
-        _display_summary(summary), checks,
+        display_summary(summary), checks,
         note=f"Smallest solving kernel rank: {solving[0] if solving else 'none'}.",
         labels={
             "none_solved_below_bound": "no kernel fit below the certified bound "

@@ -18,8 +18,8 @@ from sklearn.metrics import check_scoring
 
 from .._validation import check_device
 from ._ensemble import fit_ensemble
-from ._store import _digest, _jsonable
-from ._summary import _as_stored
+from ._store import digest, jsonable
+from ._summary import as_stored
 
 __all__ = ["resolve_devices"]
 
@@ -75,7 +75,7 @@ def _assign_devices(devices, n_tasks):
     return [devices[i % len(devices)] for i in range(n_tasks)]
 
 
-def _threads_per_fit(threads_per_fit, n_jobs, devices):
+def resolve_threads_per_fit(threads_per_fit, n_jobs, devices):
     if threads_per_fit is not None:
         if not isinstance(threads_per_fit, numbers.Integral) or threads_per_fit < 1:
             raise ValueError(f"threads_per_fit must be a positive int or None; got {threads_per_fit!r}.")
@@ -131,7 +131,7 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
 
     scores = {}
     for name, value in raw.items():
-        scores[name] = _as_stored(scoring[name], value)
+        scores[name] = as_stored(scoring[name], value)
     if "solved" in scores:
         is_solved = bool(scores["solved"] >= 1.0)
     else:
@@ -162,12 +162,12 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
     row = {
         "fit_id": key,
         "estimator": type(est).__name__,
-        **{k: _jsonable(v) for k, v in params.items()},
+        **{k: jsonable(v) for k, v in params.items()},
         "seed": seed,
     }
     for name in ("rank", "feature_map"):
         if name in all_params and name not in row:
-            row[name] = _jsonable(all_params[name])
+            row[name] = jsonable(all_params[name])
     row.update(scores)
     row.update(
         solved=is_solved,
@@ -222,7 +222,7 @@ def _ensemble_jobs(todo, n_jobs, device_list):
     as many jobs as parallel workers exist (the fits of a job form one ensemble)."""
     groups = {}
     for t in todo:
-        groups.setdefault(_digest({k: v for k, v in t[0].items() if k != "rank"}), []).append(t)
+        groups.setdefault(digest({k: v for k, v in t[0].items() if k != "rank"}), []).append(t)
     jobs = list(groups.values())
     workers = max(effective_n_jobs(n_jobs), len(device_list or ()))
     if jobs and len(jobs) < workers:

@@ -3,8 +3,8 @@
 import re
 
 from ..metrics import get_scorers
-from ._store import _jsonable, _to_frame
-from ._summary import _as_stored
+from ._store import jsonable, to_frame
+from ._summary import as_stored
 
 __all__ = ["cv_results_to_frame"]
 
@@ -54,18 +54,18 @@ def cv_results_to_frame(cv_results, *, scoring=None):
     rows = []
     for i, p in enumerate(params):
         for split in range(n_splits):
-            row = {("seed" if k == "random_state" else k): _jsonable(v) for k, v in p.items()}
+            row = {("seed" if k == "random_state" else k): jsonable(v) for k, v in p.items()}
             row["split"] = split
             for name, scorer in scoring.items():
                 col = f"split{split}_test_{name}"
                 if col in cv_results:
-                    row[name] = _as_stored(scorer, cv_results[col][i])
+                    row[name] = as_stored(scorer, cv_results[col][i])
             if "solved" in row:
                 row["solved"] = bool(row["solved"] >= 1.0)
             row["fit_time"] = float(cv_results["mean_fit_time"][i])
             row["score_time"] = float(cv_results["mean_score_time"][i])
             rows.append(row)
-    df = _to_frame(rows)
+    df = to_frame(rows)
     df.attrs["param_names"] = sorted({("seed" if k == "random_state" else k)
                                       for p in params for k in p} - {"seed"})
     return df

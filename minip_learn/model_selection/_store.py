@@ -62,7 +62,7 @@ class ResultsFolderWarning(UserWarning):
 
 
 # -- values and fingerprints -----------------------------------------------------------
-def _jsonable(value):
+def jsonable(value):
     """A JSON-friendly version of a parameter value (numpy scalars, tuples, objects)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
@@ -74,14 +74,14 @@ def _jsonable(value):
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     return repr(value)
 
 
-def _digest(obj, n=12):
-    text = json.dumps(_jsonable(obj), sort_keys=True, separators=(",", ":"))
+def digest(obj, n=12):
+    text = json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"))
     return hashlib.sha1(text.encode()).hexdigest()[:n]
 
 
@@ -106,12 +106,12 @@ def _slug(text):
     return re.sub(r"[^A-Za-z0-9.=+-]+", "_", str(text)).strip("_")[:60]
 
 
-def _fit_key(params, seed):
+def fit_key(params, seed):
     """File stem of one fit: readable swept values plus a hash of the exact values."""
     parts = [f"{k}={params[k]}" for k in sorted(params)
              if isinstance(params[k], (str, numbers.Number)) and not isinstance(params[k], bool)]
     parts.append(f"seed={seed}")
-    return _slug("_".join(parts)) + "_" + _digest({"params": params, "seed": seed}, 8)
+    return _slug("_".join(parts)) + "_" + digest({"params": params, "seed": seed}, 8)
 
 
 def _version():
@@ -120,7 +120,7 @@ def _version():
     return __version__
 
 
-def _to_frame(rows):
+def to_frame(rows):
     """The rows of fits as a DataFrame, with boolean columns as booleans."""
     df = pd.DataFrame(rows)
     for col in _BOOL_COLUMNS:
@@ -232,7 +232,7 @@ def _folder_config(estimator, X, y, swept, scoring):
             if k not in swept and k not in ("random_state", "device", "verbose")}
     return {
         "estimator": type(estimator).__name__,
-        "params": _jsonable(base),
+        "params": jsonable(base),
         "data": _data_fingerprint(X, y),
         "scoring": sorted(scoring),
     }
@@ -251,7 +251,7 @@ class RunFolder:
     def __init__(self, path, config):
         self.path = Path(path)
         self.config = config
-        self.config_id = _digest(config, 10)
+        self.config_id = digest(config, 10)
         self.version = _version()
         self._locks = {}
 
@@ -260,7 +260,7 @@ class RunFolder:
         """Create (or reopen) the run folder of this configuration under ``out``."""
         config = _folder_config(estimator, X, y, swept, scoring)
         stem = _slug(name) if name else type(estimator).__name__
-        folder = cls(Path(out) / f"{stem}-{_digest(config, 10)}", config)
+        folder = cls(Path(out) / f"{stem}-{digest(config, 10)}", config)
         check_writable(folder.path)
         _remove_stale_temporaries(folder.path)
         folder._check_config(repr(estimator))
@@ -482,4 +482,4 @@ def load_sweep(path):
             continue
         row.setdefault("run", f.parent.name)
         rows.append(row)
-    return _to_frame(rows)
+    return to_frame(rows)

@@ -8,7 +8,7 @@ import pandas as pd
 __all__ = ["summarize_sweep"]
 
 
-def _as_stored(scorer, value):
+def as_stored(scorer, value):
     """A score as a row stores it: error scorers, negated by scikit-learn, as errors.
 
     A scorer made with ``make_scorer(..., greater_is_better=False)`` says so in its

@@ -30,8 +30,8 @@ from sklearn.model_selection import ParameterGrid
 from sklearn.utils import Bunch
 
 from ..metrics import get_scorers
-from ._execution import _threads_per_fit, resolve_devices, run_fits
-from ._store import RunFolder, _fit_key, _jsonable, _to_frame
+from ._execution import resolve_devices, resolve_threads_per_fit, run_fits
+from ._store import RunFolder, fit_key, jsonable, to_frame
 from ._summary import summarize_sweep
 
 __all__ = ["rank_sweep"]
@@ -241,16 +241,16 @@ def rank_sweep(
         raise ValueError(f"{type(estimator).__name__} has no device parameter; devices= needs one.")
     X = np.asarray(X)
     y = np.asarray(y)
-    tags = {k: _jsonable(v) for k, v in (tags or {}).items()}
+    tags = {k: jsonable(v) for k, v in (tags or {}).items()}
 
-    tasks = [(p, s, _fit_key(p, s)) for p in combos for s in seeds]
+    tasks = [(p, s, fit_key(p, s)) for p in combos for s in seeds]
     keys = [k for _, _, k in tasks]
     if len(set(keys)) != len(keys):
         raise ValueError("the parameter grid or the seeds contain duplicates.")
     swept = set().union(*combos)
     folder = None if out is None else RunFolder.open(out, name, estimator, X, y, swept,
                                                      scoring)
-    n_threads = _threads_per_fit(threads_per_fit, n_jobs, device_list)
+    n_threads = resolve_threads_per_fit(threads_per_fit, n_jobs, device_list)
     keep = return_estimators or save_estimators
     done, new_rows, estimators = {}, {}, {}
     bar = tqdm(total=len(tasks), unit="fit", disable=not progress,
@@ -309,7 +309,7 @@ def rank_sweep(
         row = dict(done.get(k) or new_rows[k])
         row.update({t: v for t, v in tags.items() if t not in row})
         rows.append(row)
-    results = _to_frame(rows)
+    results = to_frame(rows)
     results.attrs["param_names"] = sorted(swept)
     result = Bunch(
         results=results,

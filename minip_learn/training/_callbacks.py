@@ -42,7 +42,7 @@ def member_max_errors(error, y_pred, y):
     return torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
 
 
-def _member_snapshot(ens, opt, i):
+def member_snapshot(ens, opt, i):
     """Member ``i``'s parameters and optimizer state, cropped to its own shapes."""
     snap = {}
     for name, p in zip(ens.names, ens.params):
@@ -152,7 +152,7 @@ class StopWhenSolved(Callback):
     def _freeze(self, net, stop):
         ens = net.module_
         for i in torch.nonzero(stop).flatten().tolist():
-            self.snapshots_[i] = _member_snapshot(ens, net.optimizer_, i)
+            self.snapshots_[i] = member_snapshot(ens, net.optimizer_, i)
         st = stop.to(ens.params[0].device)
         with torch.no_grad():
             if self._frozen is None:

@@ -26,9 +26,9 @@ from ._callbacks import (
     SplitSharedFeatures,
     StopWhenSolved,
     TrimMemory,
-    _member_snapshot,
     absolute_error,
     member_max_errors,
+    member_snapshot,
 )
 from ._net import MemberLoss, MinIPHistory, MinIPNet
 
@@ -133,7 +133,7 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
     snapshots = {} if stopper is None else stopper.snapshots_
     histories = _member_histories(rows, E, n_epochs)
     for i, net in enumerate(nets):
-        snap = snapshots.get(i) or _member_snapshot(ens, trainer.optimizer_, i)
+        snap = snapshots.get(i) or member_snapshot(ens, trainer.optimizer_, i)
         _load_member(net, snap)
         net.history = MinIPHistory(histories[i])
     return ens.path, _final_errors(ens, nets, X, y, error, stop_tolerance)
