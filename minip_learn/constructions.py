@@ -39,19 +39,6 @@ def _resolve_beta(beta, seq_len):
     return check_float(beta, "beta", min_value=0.0, strict=True)
 
 
-def _set_identity_value_readout(head, n_bits, *, scale, bias_per_bit):
-    import torch
-
-    eye = torch.eye(n_bits, dtype=torch.float64)
-    with torch.no_grad():
-        head.value.linear.weight.copy_(eye)
-        head.value.linear.bias.zero_()
-        head.readout.weight.weight.copy_(scale * eye)
-        head.readout.weight.bias.zero_()
-        head.readout.bias.weight.fill_(bias_per_bit)
-        head.readout.bias.bias.zero_()
-
-
 def rank_one_head(n_bits):
     """A rank-1 kernel head that solves every sequence of length 1 and 2 (:ref:`theory-r1`).
 
@@ -78,18 +65,12 @@ def rank_one_head(n_bits):
     >>> est.predict(np.array([[[1, 1, 0, 1], [0, 1, 1, 1]]])).round(6)
     array([[2., 2.]])
     """
-    import torch
-
     from .estimators import KernelAttentionRegressor
     from .nn import KernelAttentionHead
 
     n_bits = check_int(n_bits, "n_bits", min_value=1)
     head = KernelAttentionHead(n_bits, 1, feature_map="elu+1").double()
-    with torch.no_grad():
-        for fm in (head.query_features, head.key_features):
-            fm.encoder.weight.zero_()
-            fm.encoder.bias.zero_()
-    _set_identity_value_readout(head, n_bits, scale=2.0, bias_per_bit=-1.0)
+    head.set_uniform_features().set_identity_value_readout(scale=2.0, bias_per_bit=-1.0)
     return KernelAttentionRegressor.from_module(
         head, rank=1, feature_map="elu+1", dtype="float64")
 
@@ -135,12 +116,7 @@ def softmax_construction(n_bits, beta=None, *, seq_len=3):
     beta = _resolve_beta(beta, seq_len)
     head = SoftmaxAttentionHead(n_bits, temperature=1.0).double()
     eye = torch.eye(n_bits, dtype=torch.float64)
-    with torch.no_grad():
-        head.query.weight.copy_(eye)
-        head.query.bias.zero_()
-        head.key.weight.copy_(-beta * eye)
-        head.key.bias.zero_()
-    _set_identity_value_readout(head, n_bits, scale=1.0, bias_per_bit=0.0)
+    head.set_score_maps(eye, -beta * eye).set_identity_value_readout()
     return SoftmaxAttentionRegressor.from_module(head, temperature=1.0, dtype="float64")
 
 
@@ -219,12 +195,10 @@ def exact_kernel_realization(n_bits=None, tokens=None, *, beta=None, seq_len=3):
         n_bits, r, feature_map="table", feature_kwargs={"vocabulary": T}
     ).double()
     Tt = torch.as_tensor(T, dtype=torch.float64)
-    with torch.no_grad():
-        # rows of log_table follow the vocabulary order, which is T itself
-        onehot_log = torch.full((r, r), -1e4, dtype=torch.float64)
-        onehot_log.fill_diagonal_(0.0)
-        head.query_features.log_table.copy_(onehot_log)
-        head.key_features.log_table.copy_(-beta * (Tt @ Tt.T))
-    _set_identity_value_readout(head, n_bits, scale=1.0, bias_per_bit=0.0)
+    # table rows follow the vocabulary order, which is T itself
+    onehot_log = torch.full((r, r), -1e4, dtype=torch.float64)
+    onehot_log.fill_diagonal_(0.0)
+    head.set_token_tables(query=onehot_log, key=-beta * (Tt @ Tt.T))
+    head.set_identity_value_readout()
     return KernelAttentionRegressor.from_module(
         head, rank=r, feature_map="table", feature_kwargs={"vocabulary": T}, dtype="float64")

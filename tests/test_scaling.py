@@ -146,7 +146,7 @@ def test_factorized_head_exact_on_small_suite():
     idx = np.array([[np.flatnonzero((vocab == t).all(1))[0] for t in seq] for seq in suite.X])
     A = (P @ Q.T)[idx[:, :, None], idx[:, None, :]]
     G = suite.X.astype(float) @ suite.X.transpose(0, 2, 1).astype(float)
-    b = head.readout.bias.bias.item()
+    b = head.readout.query_bias.bias.item()
     p = (A * G).sum(-1) / A.sum(-1) + b
     np.testing.assert_allclose(p, est.predict(suite.X), atol=1e-9)
     assert np.abs(p - minip_targets(suite.X)).max() < 0.5

@@ -261,16 +261,8 @@ def factorized_kernel_head(X, y, rank, *, beta=2.0, nmf_iter=200, steps=300, lr=
     vocabulary = {"vocabulary": tokens}
     head = KernelAttentionHead(m, int(rank), feature_map="table",
                                feature_kwargs=vocabulary).double()
-    eye = torch.eye(m, dtype=dt)
-    with torch.no_grad():
-        head.query_features.log_table.copy_(LP.detach())
-        head.key_features.log_table.copy_(LQ.detach())
-        head.value.linear.weight.copy_(eye)
-        head.value.linear.bias.zero_()
-        head.readout.weight.weight.copy_(eye)
-        head.readout.weight.bias.zero_()
-        head.readout.bias.weight.zero_()
-        head.readout.bias.bias.fill_(float(b.detach()))
+    head.set_token_tables(query=LP.detach(), key=LQ.detach())
+    head.set_identity_value_readout(bias=float(b.detach()))
     est = KernelAttentionRegressor.from_module(
         head, rank=int(rank), feature_map="table", feature_kwargs=vocabulary,
         dtype="float64")

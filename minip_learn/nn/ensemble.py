@@ -451,7 +451,7 @@ class HeadEnsemble(nn.Module):
         qf, kf = t.query_features, t.key_features
         fq = feats(qf)
         fk = fq if kf is qf else feats(kf)
-        w, b = linear(t.readout.weight), linear(t.readout.bias).squeeze(-1)
+        w, b = linear(t.readout.query_weight), linear(t.readout.query_bias).squeeze(-1)
         return fq, fk, linear(t.value.linear), w, b
 
     def _mask(self):

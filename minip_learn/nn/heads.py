@@ -56,6 +56,12 @@ class ValueMap(nn.Module):
     def forward(self, x):
         return self.linear(x)
 
+    @torch.no_grad()
+    def set_affine(self, weight, bias):
+        """Set ``v(x) = weight x + bias`` (weight of shape (value_dim, n_bits))."""
+        self.linear.weight.copy_(weight)
+        self.linear.bias.copy_(torch.as_tensor(bias))
+
 
 class AffineReadout(nn.Module):
     """Query-dependent affine readout ``rho_x(u) = <w(x), u> + b(x)``.
@@ -80,17 +86,36 @@ class AffineReadout(nn.Module):
     """
 
     #: batched form (read by :class:`~minip_learn.nn.HeadEnsemble`):
-    #: ``w = weight(x)``, ``b = bias(x)``, both linear layers
+    #: ``w = query_weight(x)``, ``b = query_bias(x)``, both linear layers
     fused = "affine"
 
     def __init__(self, n_bits, value_dim):
         super().__init__()
-        self.weight = nn.Linear(n_bits, value_dim)
-        self.bias = nn.Linear(n_bits, 1)
+        #: the linear map ``x -> w(x)`` (``W x + w_0``)
+        self.query_weight = nn.Linear(n_bits, value_dim)
+        #: the linear map ``x -> b(x)`` (``<c, x> + b_0``)
+        self.query_bias = nn.Linear(n_bits, 1)
 
     def coefficients(self, x):
         """``(w(x), b(x))`` of shapes (..., value_dim) and (...)."""
-        return self.weight(x), self.bias(x).squeeze(-1)
+        return self.query_weight(x), self.query_bias(x).squeeze(-1)
+
+    @torch.no_grad()
+    def set_affine(self, weight, weight_bias, bias, bias_const):
+        """Set ``w(x) = weight x + weight_bias`` and ``b(x) = <bias, x> + bias_const``.
+
+        Parameters
+        ----------
+        weight : Tensor of shape (value_dim, n_bits)
+        weight_bias : Tensor of shape (value_dim,) or float
+        bias : Tensor of shape (n_bits,) or float
+        bias_const : float
+        """
+        self.query_weight.weight.copy_(weight)
+        self.query_weight.bias.copy_(torch.as_tensor(weight_bias))
+        self.query_bias.weight.copy_(torch.as_tensor(bias).reshape(1, -1).expand_as(
+            self.query_bias.weight))
+        self.query_bias.bias.fill_(float(bias_const))
 
     def forward(self, x, u):
         return attention.affine_readout(*self.coefficients(x), u)
@@ -107,6 +132,30 @@ class _Head(nn.Module):
     def forward(self, x):
         u = self.attention_weights(x) @ self.value(x)
         return self.readout(x, u)
+
+    @torch.no_grad()
+    def set_identity_value_readout(self, *, scale=1.0, bias_per_bit=0.0, bias=0.0):
+        """Set the value map and readout of the exact constructions.
+
+        ``v(x) = x`` and ``rho_x(u) = scale <x, u> + bias_per_bit |x| + bias``
+        (:ref:`theory-r1` to :ref:`theory-r3`). Needs ``value_dim == n_bits``.
+
+        Parameters
+        ----------
+        scale, bias_per_bit, bias : float
+
+        Returns
+        -------
+        self
+        """
+        if self.value_dim != self.n_bits:
+            raise ValueError(f"the identity value map needs value_dim == n_bits "
+                             f"({self.n_bits}); got value_dim={self.value_dim}.")
+        eye = torch.eye(self.n_bits, dtype=self.value.linear.weight.dtype,
+                        device=self.value.linear.weight.device)
+        self.value.set_affine(eye, 0.0)
+        self.readout.set_affine(scale * eye, 0.0, float(bias_per_bit), bias)
+        return self
 
 
 class KernelAttentionHead(_Head):
@@ -229,6 +278,63 @@ class KernelAttentionHead(_Head):
         """Whether both maps are log-domain (their features are exponentiated after a
         shift, see :meth:`features`)."""
         return bool(self.query_features.log_domain and self.key_features.log_domain)
+
+    def token_tables(self):
+        """The query and key log-feature tables, or None when the head has none.
+
+        A head has them when its query and key maps are two separate token tables
+        (``feature_map="table"``, not ``shared_features``): rows follow the map's
+        ``vocabulary``, columns are the ``rank`` features, and ``phi(x) = exp(row of x)``
+        up to the normalisation's shift.
+
+        Returns
+        -------
+        tables : tuple of two Parameters of shape (n_tokens, rank), or None
+            The head's own parameters (not copies).
+        """
+        qf, kf = self.query_features, self.key_features
+        if qf is kf or qf.fused_form != "table" or kf.fused_form != "table":
+            return None
+        return qf.log_table, kf.log_table
+
+    @torch.no_grad()
+    def set_token_tables(self, query=None, key=None):
+        """Copy log-feature tables into the query and key token tables.
+
+        Parameters
+        ----------
+        query, key : Tensor of shape (n_tokens, rank), default=None
+            New tables (rows in the order of the map's ``vocabulary``); None keeps one.
+
+        Returns
+        -------
+        self
+        """
+        tables = self.token_tables()
+        if tables is None:
+            raise ValueError("set_token_tables needs separate feature_map='table' maps "
+                             "for queries and keys.")
+        for table, new in zip(tables, (query, key)):
+            if new is not None:
+                table.copy_(torch.as_tensor(new))
+        return self
+
+    @torch.no_grad()
+    def set_uniform_features(self):
+        """Make both feature maps constant (every key weighted equally: uniform
+        attention, as in :ref:`theory-r1`) by zeroing their linear encoders.
+
+        Returns
+        -------
+        self
+        """
+        for fm in (self.query_features, self.key_features):
+            if fm.fused_form != "linear":
+                raise ValueError(f"set_uniform_features needs maps with a linear encoder; "
+                                 f"{fm.name!r} has none.")
+            fm.encoder.weight.zero_()
+            fm.encoder.bias.zero_()
+        return self
 
     def _map_outputs(self, queries, keys=None, maps=None):
         """Query and key (log-)features before the normalisation's shift and mask.
@@ -489,6 +595,23 @@ class SoftmaxAttentionHead(_Head):
         with torch.no_grad():
             self.query.weight.mul_(score_init_scale)
             self.key.weight.mul_(score_init_scale)
+
+    @torch.no_grad()
+    def set_score_maps(self, query, key):
+        """Set ``q(x) = query x`` and ``k(x) = key x`` (no bias).
+
+        Parameters
+        ----------
+        query, key : Tensor of shape (score_dim, n_bits)
+
+        Returns
+        -------
+        self
+        """
+        for linear, weight in ((self.query, query), (self.key, key)):
+            linear.weight.copy_(torch.as_tensor(weight))
+            linear.bias.zero_()
+        return self
 
     def scores(self, x):
         """Attention logits of shape (..., N, N)."""
