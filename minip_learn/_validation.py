@@ -19,6 +19,9 @@ __all__ = [
     "check_float",
     "check_int",
     "check_params",
+    "check_positive",
+    "check_same_length",
+    "check_seeds",
     "check_minip_targets",
     "check_sequences",
     "check_targets",
@@ -269,6 +272,78 @@ def check_float(value, name, *, min_value=None, strict=False, max_value=None):
     if max_value is not None and value > max_value:
         raise ValueError(f"{name} must be <= {max_value}; got {value}.")
     return value
+
+
+def check_seeds(seeds, name="seeds"):
+    """Validate random seeds and return them as a list.
+
+    Parameters
+    ----------
+    seeds : int, None or iterable of int or None
+        One seed, or several. None stands for an unseeded fit (fresh randomness).
+    name : str, default="seeds"
+        Name used in error messages.
+
+    Returns
+    -------
+    seeds : list of int or None
+        The seeds as Python ints (None kept), in the given order.
+
+    Raises
+    ------
+    ValueError
+        For an empty iterable, an entry that is neither an int nor None (``bool``
+        included: ``True`` is not a seed), or an int given more than once.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_seeds(3), check_seeds((0, np.int64(1), None))
+    ([3], [0, 1, None])
+    >>> check_seeds([0, True])
+    Traceback (most recent call last):
+    ...
+    ValueError: seeds must be ints (or None), not bool; got True.
+    """
+    if isinstance(seeds, (str, bytes)) or not np.iterable(seeds):
+        items = [seeds]  # one seed, checked below
+    else:
+        items = list(seeds)
+    if not items:
+        raise ValueError(f"{name} must be a non-empty list of ints (or None); got {seeds!r}.")
+    out = []
+    for seed in items:
+        if isinstance(seed, (bool, np.bool_)):
+            raise ValueError(f"{name} must be ints (or None), not bool; got {seed!r}.")
+        if seed is not None and not isinstance(seed, numbers.Integral):
+            raise ValueError(
+                f"{name} must be ints (or None); got {seed!r} ({type(seed).__name__})."
+            )
+        out.append(None if seed is None else int(seed))
+    given = [seed for seed in out if seed is not None]
+    repeated = sorted({seed for seed in given if given.count(seed) > 1})
+    if repeated:
+        raise ValueError(
+            f"{name} must not contain duplicates; got {', '.join(map(str, repeated))} "
+            "more than once."
+        )
+    return out
+
+
+def check_same_length(a, b, names):
+    """Raise a ValueError unless the arrays ``a`` and ``b`` (``names``: theirs) have
+    the same shape."""
+    if a.shape != b.shape:
+        raise ValueError(f"{names[0]} and {names[1]} differ in length: "
+                         f"{a.shape} vs {b.shape}.")
+
+
+def check_positive(values, name):
+    """Raise a ValueError unless every entry of the array ``values`` is > 0."""
+    bad = ~(values > 0)
+    if bad.any():
+        raise ValueError(f"{name} must be positive; got {values[bad][0].item()!r}.")
+    return values
 
 
 def _check_choice(value, name, choices):

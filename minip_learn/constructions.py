@@ -4,16 +4,28 @@ Each function sets the weights of the library's own heads
 (:class:`~minip_learn.nn.KernelAttentionHead`,
 :class:`~minip_learn.nn.SoftmaxAttentionHead`) by hand, in float64, and wraps them in
 the matching estimator with its ``from_module``: ``predict`` and ``score`` work
-without ``fit``. torch is imported only when a construction is built.
+without ``fit``. :func:`factorized_kernel_head` builds a head of a given rank for one
+family from a nonnegative factorisation of the R3 kernel. torch is imported only when
+a construction is built.
 """
 
 import itertools
 
 import numpy as np
+from sklearn.utils import check_random_state
 
-from ._validation import check_float, check_int, check_sequences
+from ._validation import (
+    check_float,
+    check_int,
+    check_params,
+    check_sequences,
+    check_targets,
+    distinct_tokens,
+)
+from .metrics import TOLERANCE, verify_solver
 
-__all__ = ["default_beta", "exact_kernel_realization", "rank_one_head", "softmax_construction"]
+__all__ = ["default_beta", "exact_kernel_realization", "factorized_kernel_head",
+           "rank_one_head", "softmax_construction"]
 
 
 def default_beta(seq_len):
@@ -202,3 +214,155 @@ def exact_kernel_realization(n_bits=None, tokens=None, *, beta=None, seq_len=3):
     head.set_identity_value_readout()
     return KernelAttentionRegressor.from_module(
         head, rank=r, feature_map="table", feature_kwargs={"vocabulary": T}, dtype="float64")
+
+
+def _masked_nmf(K, M, rank, n_iter, rng):
+    """Multiplicative-update NMF of ``K`` on the entries where ``M`` is 1."""
+    n = len(K)
+    P = rng.uniform(0.1, 1.0, size=(n, rank))
+    Q = rng.uniform(0.1, 1.0, size=(n, rank))
+    MK = M * K
+    tiny = 1e-12
+    for _ in range(n_iter):
+        P *= (MK @ Q) / ((M * (P @ Q.T)) @ Q + tiny)
+        Q *= (MK.T @ P) / ((M * (P @ Q.T)).T @ P + tiny)
+    return P, Q
+
+
+#: Constraints of the arguments of :func:`factorized_kernel_head`.
+_FACTORIZED_CONSTRAINTS = {
+    "rank": ("int", {"min": 1}),
+    "beta": ("real", {"min": 0.0}),
+    "nmf_iter": ("int", {"min": 0}),
+    "steps": ("int", {"min": 0}),
+    "lr": ("real", {"min": 0.0, "strict": True}),
+    "margin": ("real", {"min": 0.0}),
+}
+
+
+def _refine_factors(P, Q, G, idx, y, *, steps, lr, margin):
+    """Gradient descent on ``log P``, ``log Q`` and the readout bias ``b`` (float64).
+
+    ``G`` holds the overlaps of the distinct tokens and ``idx`` the token index at
+    every position of every sequence. Returns ``(log P, log Q, b)`` as tensors.
+    """
+    import torch
+
+    n, N = idx.shape
+    dt = torch.float64
+    LP = torch.log(torch.as_tensor(P, dtype=dt)).clamp_min(-300.0).requires_grad_()
+    LQ = torch.log(torch.as_tensor(Q, dtype=dt)).clamp_min(-300.0).requires_grad_()
+    b = torch.tensor(-0.25, dtype=dt, requires_grad=True)
+    # flat index of the (query token, key token) pair at every (sequence, i, j)
+    qi = np.repeat(idx[:, :, None], N, axis=2)
+    kj = np.repeat(idx[:, None, :], N, axis=1)
+    pairs = torch.as_tensor((qi * len(G) + kj).ravel())
+    overlaps = torch.as_tensor(G[qi, kj], dtype=dt)
+    target = torch.as_tensor(y, dtype=dt)
+    optimizer = torch.optim.Adam([LP, LQ, b], lr=lr)
+    for _ in range(steps):
+        log_kernel = torch.logsumexp(LP[:, None, :] + LQ[None, :, :], dim=-1)
+        weights = torch.softmax(
+            log_kernel.reshape(-1).index_select(0, pairs).reshape(n, N, N), dim=-1)
+        err = ((weights * overlaps).sum(-1) + b - target).abs()
+        if float(err.detach().max()) < TOLERANCE - margin:
+            break
+        loss = torch.relu(err - TOLERANCE + 2 * margin).square().sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return LP.detach(), LQ.detach(), b.detach()
+
+
+def factorized_kernel_head(X, y, rank, *, beta=2.0, nmf_iter=200, steps=300, lr=0.05,
+                           margin=0.1, random_state=None):
+    """A kernel head of rank ``rank`` built from a nonnegative factorisation ``P Q^T``.
+
+    The construction route to an upper bound on the rank a family needs. The kernel of
+    :ref:`theory-r3`, ``exp(-beta <x, z>)`` (each query row scaled to maximum 1), is
+    factorised on the token pairs that occur together in the family as ``P Q^T`` with
+    ``P, Q >= 0`` of ``rank`` columns (masked multiplicative-update NMF). The factors
+    are then refined by gradient descent on their logarithms (so they stay
+    nonnegative) against the family's outputs: the value map ``v(x) = x`` and readout
+    ``rho_x(u) = <x, u> + b`` of :ref:`theory-r3` (``b`` learnt), a squared hinge on
+    ``|p - t| - (1/2 - 2 margin)``, stopping once every error is below
+    ``1/2 - margin``. The result is a fitted ``feature_map="table"`` head with
+    ``log P`` and ``log Q`` as its query and key tables; whether it solves the family
+    is for :func:`~minip_learn.metrics.verify_solver` to say.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, seq_len, n_bits)
+        The family (0/1 tokens).
+    y : array-like of shape (n_samples, seq_len)
+        Its Min-IP targets.
+    rank : int
+        Number of features ``r``.
+    beta : float, default=2.0
+        Inverse temperature of the kernel that is factorised.
+    nmf_iter : int, default=200
+        Multiplicative updates.
+    steps : int, default=300
+        Gradient steps of the refinement (Adam, float64).
+    lr : float, default=0.05
+        Learning rate of the refinement.
+    margin : float, default=0.1
+        The refinement stops once every error is below ``1/2 - margin``.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the NMF initialisation.
+
+    Returns
+    -------
+    estimator : KernelAttentionRegressor
+        Fitted without training, through
+        :meth:`~minip_learn.estimators.KernelAttentionRegressor.from_module`
+        (``feature_map="table"`` over the family's tokens, ``rank``, float64);
+        ``train_max_error_`` and ``solved_`` describe the constructed head on
+        ``(X, y)``.
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_witness_suite
+    >>> from minip_learn.constructions import factorized_kernel_head
+    >>> from minip_learn.metrics import verify_solver
+    >>> suite = make_witness_suite(12, max_sequences=20000)
+    >>> suite.certified_min_rank, suite.constructive_rank
+    (4, 8)
+    >>> est = factorized_kernel_head(suite.X, suite.y, 8, random_state=0)
+    >>> est.rank, verify_solver(est, suite.X, suite.y) < 0.5
+    (8, True)
+    """
+    from .estimators import KernelAttentionRegressor
+    from .nn import KernelAttentionHead
+
+    X, _ = check_sequences(X, binary=True)
+    n, N, m = X.shape
+    y = check_targets(y, n, N).astype(np.float64, copy=False)
+    params = check_params(
+        dict(rank=rank, beta=beta, nmf_iter=nmf_iter, steps=steps, lr=lr, margin=margin),
+        _FACTORIZED_CONSTRAINTS)
+    rank = params["rank"]
+    rng = check_random_state(random_state)
+    tokens, inverse = distinct_tokens(X.reshape(-1, m), return_inverse=True)
+    idx = inverse.reshape(n, N)
+    T = tokens.astype(np.float64)
+    G = T @ T.T
+    K = np.exp(-params["beta"] * (G - G.min(axis=1, keepdims=True)))
+    M = np.zeros_like(K)
+    M[np.repeat(idx, N, axis=1).ravel(), np.tile(idx, (1, N)).ravel()] = 1.0
+    P, Q = _masked_nmf(K, M, rank, params["nmf_iter"], rng)
+    log_p, log_q, b = _refine_factors(P, Q, G, idx, y, steps=params["steps"],
+                                      lr=params["lr"], margin=params["margin"])
+
+    # the table head of R3 with the factors as its query and key tables (rows follow
+    # the vocabulary, which is ``tokens``), value map x and readout <x, u> + b
+    vocabulary = {"vocabulary": tokens}
+    head = KernelAttentionHead(m, rank, feature_map="table",
+                               feature_kwargs=vocabulary).double()
+    head.set_token_tables(query=log_p, key=log_q)
+    head.set_identity_value_readout(bias=float(b))
+    est = KernelAttentionRegressor.from_module(
+        head, rank=rank, feature_map="table", feature_kwargs=vocabulary, dtype="float64")
+    est.train_max_error_ = verify_solver(est, X, y)
+    est.solved_ = est.train_max_error_ < TOLERANCE
+    return est

@@ -15,6 +15,7 @@ __all__ = [
     "sequence_exact_match",
     "solved",
     "token_accuracy",
+    "verify_solver",
 ]
 
 #: A prediction is correct when its absolute error is strictly below this.
@@ -87,6 +88,39 @@ def solved(y_true, y_pred):
     (1.0, 0.0)
     """
     return float(max_abs_error(y_true, y_pred) < TOLERANCE)
+
+
+def verify_solver(estimator, X, y):
+    """Largest error ``max |p - t|`` of a fitted head on a family, in float64.
+
+    The head solves the family when the value is below :data:`TOLERANCE` (every
+    prediction rounds to its target). The estimators evaluate their parameters in
+    float64 whatever dtype they were trained in, so a float32 fit is checked without
+    float32 rounding.
+
+    Parameters
+    ----------
+    estimator : fitted estimator
+        A regressor with ``predict`` (e.g. loaded with :func:`joblib.load`).
+    X : array-like of shape (n_samples, seq_len, n_bits)
+    y : array-like of shape (n_samples, seq_len)
+
+    Returns
+    -------
+    max_error : float
+        :func:`max_abs_error` of the predictions: ``inf`` when a prediction is not
+        finite.
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_witness_suite
+    >>> from minip_learn.constructions import exact_kernel_realization
+    >>> from minip_learn.metrics import verify_solver
+    >>> suite = make_witness_suite(16, construction="small")
+    >>> verify_solver(exact_kernel_realization(tokens=suite.tokens), suite.X, suite.y) < 0.5
+    True
+    """
+    return max_abs_error(y, estimator.predict(X))
 
 
 def get_scorers():

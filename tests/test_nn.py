@@ -149,3 +149,16 @@ def test_kernel_matrix_matches_attention():
     w = head.attention_weights(x[None])[0]
     torch.testing.assert_close(K / K.sum(-1, keepdim=True), w)
     assert (K >= 0).all() and np.isfinite(K.detach().numpy()).all()
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(readout="relu"), "readout must be one of"),
+    (dict(n_heads=0), "n_heads must be >= 1"),
+    (dict(n_layers=1.5), "n_layers must be an integer"),
+    (dict(rank=True), "rank must be an integer"),
+])
+def test_model_arguments_are_checked(kwargs, match):
+    from minip_learn.nn import KernelAttentionModel
+
+    with pytest.raises(ValueError, match=match):
+        KernelAttentionModel(6, **{"rank": 2, **kwargs})

@@ -5,6 +5,9 @@ dimension; which path an ensemble takes is read from the declarations of its mod
 (``FeatureMap.fused``, ``fused_form``) and reported by ``path`` / ``path_reason``.
 """
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 import torch
@@ -304,3 +307,106 @@ def test_distinct_tokens_is_numpy_unique(kind):
         np.testing.assert_array_equal(have, want)
     np.testing.assert_array_equal(distinct_tokens(a, return_inverse=True)[1],
                                   inverse.reshape(-1))
+
+
+def test_one_member_owns_its_head_through_public_registration():
+    # one member: the head's copy is the stack's submodule; state_dict, parameters and
+    # buffers hold every tensor once, and deepcopy / pickle keep the head the stack's
+
+    x = _tokens(20, 3, n_distinct=6)
+    head = _heads("table", (3,), x)[0]
+    ens = HeadEnsemble([head])
+    keys = list(ens.state_dict())
+    assert keys == [f"head.{k}" for k in head.state_dict()]
+    assert len({id(p) for p in ens.parameters()}) == len(list(ens.parameters())) == len(ens.names)
+    assert [id(p) for p in ens.params] == [id(p) for p in ens.template.parameters()]
+    for copied in (pickle.loads(pickle.dumps(ens)), copy.deepcopy(ens)):
+        assert copied.template is copied.head
+        assert [id(p) for p in copied.params] == [id(p) for p in copied.head.parameters()]
+        torch.testing.assert_close(copied(x), ens(x), rtol=0, atol=0)
+    # a conversion that replaces the parameter objects keeps them the stack's
+    previous = torch.__future__.get_overwrite_module_params_on_conversion()
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        ens.float()
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(previous)
+    assert [id(p) for p in ens.params] == [id(p) for p in ens.parameters()]
+    assert all(p.dtype == torch.float32 for p in ens.params)
+    torch.testing.assert_close(ens(x.float())[0], head.float()(x.float()))
+
+
+def test_stacked_members_hold_every_tensor_once():
+    x = _tokens(20, 3, n_distinct=6)
+    heads = _heads("table", (2, 4), x)
+    ens = HeadEnsemble(heads)
+    state = ens.state_dict()
+    params = list(ens.parameters())
+    assert [id(p) for p in params] == [id(p) for p in ens.params]
+    assert len(params) == len(ens.names) and all(p.shape[0] == 2 for p in params)
+    # the template lends its forward and shapes only: none of its tensors is the stack's
+    assert not any(k.startswith("head.") for k in state)
+    assert not {id(p) for p in ens.template.parameters()} & {id(p) for p in params}
+    assert ens.stacked_buffer("feature_mask").tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    ens.float()
+    torch.testing.assert_close(ens(x.float())[1], heads[1].float()(x.float()))
+
+
+def test_token_tables_are_the_stacks_parameters():
+    x = _tokens(20, 3, n_distinct=6)
+    heads = _heads("table", (2, 4), x)
+    ens = HeadEnsemble(heads)
+    q, k = ens.token_tables()
+    params = list(ens.params)
+    assert any(q is p for p in params) and any(k is p for p in params)
+    assert q.shape == (2, 6, 4) and k.shape == (2, 6, 4)
+    for i, head in enumerate(heads):
+        hq, hk = head.token_tables()
+        torch.testing.assert_close(q[i, :, :head.rank], hq, rtol=0, atol=0)
+        torch.testing.assert_close(k[i, :, :head.rank], hk, rtol=0, atol=0)
+    one = HeadEnsemble(heads[:1])
+    assert all(a is b for a, b in zip(one.token_tables(), one.head.token_tables()))
+    assert HeadEnsemble(_heads("elu+1", (2, 3), x)).token_tables() is None
+    assert HeadEnsemble([SoftmaxAttentionHead(5)]).token_tables() is None
+    assert HeadEnsemble(_heads("table", (2, 2), x, shared=True)).token_tables() is None
+
+
+def test_fused_roles_are_resolved_when_the_stack_is_built():
+    # a map that declares a fused form must name the parameters of its roles: a
+    # missing or foreign parameter fails at construction, not in the fused forward
+    class NoRoles(get_feature_map("elu+1")):
+        def fused_parameters(self):
+            return {"weight": self.encoder.weight}
+
+    class Foreign(get_feature_map("elu+1")):
+        def fused_parameters(self):
+            other = torch.nn.Linear(4, 2)
+            return {"weight": other.weight, "bias": other.bias}
+
+    for cls, role in ((NoRoles, "bias"), (Foreign, "weight")):
+        heads = [KernelAttentionHead(4, 2, feature_map=cls) for _ in range(2)]
+        with pytest.raises(TypeError, match=f"role '{role}'"):
+            HeadEnsemble(heads)
+    # the declared roles of the library's modules cover what the fused path reads
+    head = _heads("elu+1", (2,), _tokens(4, 3))[0]
+    assert set(head.query_features.fused_parameters()) == {"weight", "bias"}
+    assert set(head.value.fused_parameters()) == {"weight", "bias"}
+    assert set(head.readout.fused_parameters()) == {"weight", "weight_bias", "bias",
+                                                     "bias_const"}
+    assert get_feature_map("favor+")(5, 3).fused_parameters() == {}
+
+
+def test_stack_groups_is_the_one_rank_masking_test():
+    x = _tokens(6, 3, n_bits=4)
+    elu = [KernelAttentionHead(4, r) for r in (2, 3, 2)]
+    assert HeadEnsemble.stack_groups(elu) == [[0, 1, 2]]
+    hedgehog = [KernelAttentionHead(4, r, feature_map="hedgehog") for r in (4, 6, 4)]
+    assert HeadEnsemble.stack_groups(hedgehog) == [[0, 2], [1]]
+    with pytest.raises(ValueError, match="cannot be stacked at different ranks"):
+        HeadEnsemble(hedgehog)
+    for group in HeadEnsemble.stack_groups(hedgehog):
+        members = [hedgehog[i] for i in group]
+        out = HeadEnsemble(members)(x.float())
+        for o, head in zip(out, members):
+            torch.testing.assert_close(o, head(x.float()))
+    assert HeadEnsemble.stack_groups([SoftmaxAttentionHead(4)] * 2) == [[0, 1]]

@@ -9,16 +9,16 @@ import pandas as pd
 import pytest
 import torch
 
+from minip_learn.constructions import factorized_kernel_head
 from minip_learn.datasets import make_witness_suite, minip_targets
 from minip_learn.experiments import (
-    factorized_kernel_head,
     growth_fit,
     run_experiment,
     scaling_checks,
     scaling_experiment,
-    verify_solver,
 )
 from minip_learn.experiments.scaling import SUMMARY_COLUMNS
+from minip_learn.metrics import verify_solver
 from minip_learn.plotting import plot_rank_sandwich
 
 TINY = dict(sizes=(8, 12), seeds=(0, 1), softmax_seeds=(0, 1),
@@ -140,13 +140,13 @@ def test_factorized_head_exact_on_small_suite():
     assert est.n_epochs_ == 0 and est.dtype == "float64"
     assert all(p.dtype == torch.float64 for p in head.parameters())
     # exact check by hand from the two tables: alpha = P Q^T on the tokens
-    P = np.exp(head.query_features.log_table.detach().numpy())
-    Q = np.exp(head.key_features.log_table.detach().numpy())
-    vocab = head.query_features.vocabulary.numpy()
+    P, Q = (np.exp(table.detach().numpy()) for table in head.token_tables())
+    vocab = est.feature_kwargs["vocabulary"]
     idx = np.array([[np.flatnonzero((vocab == t).all(1))[0] for t in seq] for seq in suite.X])
     A = (P @ Q.T)[idx[:, :, None], idx[:, None, :]]
     G = suite.X.astype(float) @ suite.X.transpose(0, 2, 1).astype(float)
-    b = head.readout.query_bias.bias.item()
+    _, b = head.readout.coefficients(torch.zeros(suite.X.shape[2], dtype=torch.float64))
+    b = b.item()
     p = (A * G).sum(-1) / A.sum(-1) + b
     np.testing.assert_allclose(p, est.predict(suite.X), atol=1e-9)
     assert np.abs(p - minip_targets(suite.X)).max() < 0.5

@@ -11,6 +11,7 @@ from minip_learn import KernelAttentionRegressor
 from minip_learn.datasets import make_witness_suite
 from minip_learn.model_selection import fit_ensemble
 from minip_learn.nn import (
+    HeadEnsemble,
     KernelAttentionHead,
     minip_partners,
     reset_optimizer_entries,
@@ -226,3 +227,22 @@ def test_training_returns_freed_memory_periodically(hadamard12, monkeypatch, ens
         est.fit(hadamard12.X, hadamard12.y)
     trims = 0 if heap_free is not None and heap_free < TRIM_MIN_FREE else 120 // TRIM_EVERY
     assert len(calls) == trims
+
+
+def test_ensemble_token_tables_are_split_in_place():
+    # the callback splits the stack's own tables (HeadEnsemble.token_tables)
+    vocab = torch.eye(4)
+    heads = [KernelAttentionHead(4, r, feature_map="table",
+                                 feature_kwargs=dict(vocabulary=vocab)) for r in (2, 3)]
+    ens = HeadEnsemble(heads)
+    q, k = ens.token_tables()
+    with torch.no_grad():
+        q.zero_()
+        q[:, :, 0] = 5.0  # every query on feature 0
+    _, _, moved = split_shared_features(q, k, torch.tensor([1, 0, 3, 2]),
+                                        mask=ens.stacked_buffer("feature_mask"))
+    assert moved.tolist() == [1, 2]
+    assert ens.token_tables()[0] is q
+    assert (q[0, :, 2] == 0).all()  # member 0's padded feature is never split into
+    assert q[0].argmax(1).unique().tolist() == [0, 1]
+    assert q[1].argmax(1).unique().tolist() == [0, 1, 2]

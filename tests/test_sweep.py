@@ -268,6 +268,42 @@ def test_validation_errors(data):
         rank_sweep(est, X, y, ranks=[1], threads_per_fit=0, progress=False)
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"seeds": True}, "seeds must be ints .*not bool; got True"),
+    ({"seeds": [0, np.True_]}, "seeds must be ints .*not bool; got .*True"),
+    ({"seeds": []}, "seeds must be a non-empty"),
+    ({"seeds": [0.5]}, r"seeds must be ints \(or None\); got 0.5"),
+    ({"seeds": "0"}, "seeds must be ints"),
+    ({"seeds": 3.0}, "seeds must be ints"),
+    ({"seeds": [1, 0, 1]}, "seeds must not contain duplicates; got 1 "),
+    ({"seeds": [None, None]}, "duplicates"),
+    ({"threads_per_fit": True}, "threads_per_fit must be an integer"),
+    ({"threads_per_fit": 1.5}, "threads_per_fit must be an integer"),
+    ({"n_jobs": 0}, "n_jobs"),
+    ({"n_jobs": 1.5}, "n_jobs must be an integer"),
+    ({"certified_min_rank": 2.5}, "certified_min_rank must be an integer"),
+    ({"certified_min_rank": -1}, "certified_min_rank must be >= 0"),
+    ({"devices": 3}, "devices must be None, a device string or a list"),
+])
+def test_settings_are_checked_before_any_folder_or_fit(kwargs, match, data, tmp_path):
+    X, y = data
+    out = tmp_path / "runs"
+    with pytest.raises(ValueError, match=match):
+        rank_sweep(MemorizingRegressor(sleep=5), X, y, ranks=[1], out=out, progress=False,
+                   **kwargs)
+    assert not out.exists()
+
+
+def test_seeds_accept_ints_numpy_ints_and_none(data):
+    X, y = data
+    res = rank_sweep(MemorizingRegressor(), X, y, ranks=[1], seeds=(np.int64(4), None, 2),
+                     progress=False)
+    assert res.results["seed"].tolist()[::2] == [4, 2]
+    assert res.results["seed"].isna().tolist() == [False, True, False]
+    assert rank_sweep(MemorizingRegressor(), X, y, ranks=[1], seeds=7,
+                      progress=False).results["seed"].tolist() == [7]
+
+
 def test_param_grid_and_tags(data):
     X, y = data
     res = rank_sweep(MemorizingRegressor(), X, y, ranks=[2, 4],
@@ -551,3 +587,59 @@ def test_full_set_split_counts_lists_and_frames():
     assert [len(t) for _, t in FullSetSplit(2).split(pd.DataFrame({"a": [1, 2]}))] == [2, 2]
     with pytest.raises(TypeError, match="array-like"):
         next(FullSetSplit().split(3))
+
+
+# -- the keyed store -------------------------------------------------------------------
+def test_keyed_store_resumes_by_key_configuration_and_data(tmp_path, data):
+    from minip_learn.model_selection import KeyedStore
+
+    X, y = data
+    calls = []
+
+    def compute(value, est=None):
+        def run():
+            calls.append(value)
+            return {"value": value, "error": float("inf")}, est
+        return run
+
+    est = MemorizingRegressor(rank=3).fit(X, y)
+    store = KeyedStore(tmp_path, {"steps": 2}, X, y)
+    assert store.fetch("a", compute(1, est))[1] is est
+    assert store.fetch("a", compute(99)) == ({"value": 1, "error": float("inf")}, est)
+    assert store.fetch("b", compute(2)) == ({"value": 2, "error": float("inf")}, None)
+    assert (store.n_computed, store.n_resumed, calls) == (2, 0, [1, 2])
+    assert sorted(p.name for p in tmp_path.glob("*-*")) == [
+        f"a-{store.tag}.joblib", f"a-{store.tag}.json", f"b-{store.tag}.json"]
+    # a rerun reads both from disk: rows without the file fields, the estimator loaded
+    rerun = KeyedStore(tmp_path, {"steps": 2}, X, y)
+    row, loaded = rerun.fetch("a", compute(99))
+    assert row == {"value": 1, "error": float("inf")} and loaded.rank == 3
+    assert rerun.fetch("b", compute(99))[0]["value"] == 2
+    assert (rerun.n_computed, rerun.n_resumed, calls) == (0, 2, [1, 2])
+    # another configuration or other data never reads them
+    assert KeyedStore(tmp_path, {"steps": 3}, X, y).fetch("a", compute(3))[0]["value"] == 3
+    assert KeyedStore(tmp_path, {"steps": 2}, X, 1 - y).fetch("a", compute(4))[1] is None
+    # in memory only
+    mem = KeyedStore(None, {"steps": 2}, X, y)
+    assert mem.fetch("a", compute(5))[0]["value"] == 5 and mem.n_computed == 1
+
+
+def test_keyed_store_moves_bad_files_aside_and_removes_stale_temporaries(tmp_path):
+    from minip_learn.model_selection import KeyedStore
+
+    store = KeyedStore(tmp_path, {"steps": 2})
+    store.fetch("a", lambda: ({"value": 1}, None))
+    store.fetch("b", lambda: ({"value": 2}, None))
+    a, b = (tmp_path / f"{key}-{store.tag}.json" for key in "ab")
+    a.write_text(a.read_text()[:10])
+    b.write_text(json.dumps({**json.loads(b.read_text()), "minip_learn_version": "0.0.1"}))
+    dead = tmp_path / f".tmp-{a.name}.999999999"  # left by a killed writer
+    dead.write_text("partial")
+    with pytest.warns(ResultsFolderWarning) as record:
+        rerun = KeyedStore(tmp_path, {"steps": 2})
+        assert rerun.fetch("a", lambda: ({"value": 3}, None))[0] == {"value": 3}
+        assert rerun.fetch("b", lambda: ({"value": 4}, None))[0] == {"value": 4}
+    messages = " ".join(str(w.message) for w in record)
+    assert "unreadable" in messages and "written by minip_learn 0.0.1" in messages
+    assert (tmp_path / "corrupt" / a.name).exists() and (tmp_path / "foreign" / b.name).exists()
+    assert not dead.exists() and rerun.n_computed == 2

@@ -17,8 +17,8 @@ its tables and figures when given an output folder:
   needed on a witness suite, theorem flag, out-of-distribution exact-match.
 * :func:`scaling_experiment` -- the rank sandwich across the number of bits ``m``:
   certified bound, smallest verified solving rank (trained heads and nonnegative
-  factorisations, :func:`factorized_kernel_head`) and constructive rank, beside dense
-  softmax with ``m``-dimensional scores.
+  factorisations, :func:`~minip_learn.constructions.factorized_kernel_head`) and
+  constructive rank, beside dense softmax with ``m``-dimensional scores.
 
 All numbers (ranks, seeds, epochs, feature map ...) live in :data:`SETTINGS`, one
 ``"quick"`` and one ``"full"`` entry per experiment; keyword arguments override them.
@@ -36,20 +36,13 @@ from .beyond import beyond_experiment
 from .length import length_experiment
 from .maps import maps_experiment
 from .ood import ood_experiment
-from .scaling import (
-    factorized_kernel_head,
-    growth_fit,
-    scaling_checks,
-    scaling_experiment,
-    verify_solver,
-)
+from .scaling import growth_fit, scaling_checks, scaling_experiment
 from .witness import witness_experiment
 
 __all__ = [
     "EXPERIMENTS",
     "SETTINGS",
     "beyond_experiment",
-    "factorized_kernel_head",
     "growth_fit",
     "length_experiment",
     "maps_experiment",
@@ -58,7 +51,6 @@ __all__ = [
     "run_experiment",
     "scaling_checks",
     "scaling_experiment",
-    "verify_solver",
     "witness_experiment",
 ]
 

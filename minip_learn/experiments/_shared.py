@@ -1,7 +1,9 @@
 """What every recipe shares: settings, sweeps into ``out/runs``, tables and output files.
 
 Each recipe module (:mod:`~minip_learn.experiments.witness`, ``length``, ``ood``,
-``beyond``, ``scaling``) imports this module and nothing else of the package.
+``beyond``, ``maps``, ``scaling``) imports this module and no other recipe; the
+scaling recipe keeps its searches and its tables in modules of its own
+(``_scaling_search``, ``_scaling_report``).
 """
 
 import copy

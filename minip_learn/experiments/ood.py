@@ -18,8 +18,7 @@ __all__ = ["SETTINGS", "ood_experiment"]
 #: The grids and training settings: ``SETTINGS["quick" | "full"]``. The kernel map is
 #: parametric ("exp": exp of a learnable affine map of the token; "table" has no
 #: features for unseen tokens). A small stop_tolerance buys the margin that carries an
-#: exact fit over to unseen tokens (at 0.25 even softmax fits its training pool exactly
-#: and misses ~10% of the test pool).
+#: exact fit over to unseen tokens.
 SETTINGS = {
     "quick": dict(
         scales=(dict(n_bits=8, n_tokens=256, n_train=1024, n_test=256),

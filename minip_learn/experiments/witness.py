@@ -22,7 +22,7 @@ __all__ = ["SETTINGS", "witness_experiment"]
 #: The grids and training settings: ``SETTINGS["quick" | "full"]``.
 SETTINGS = {
     # quick: the m = 24 witness suite at the paper's scale (certified bound 8,
-    # constructive rank 20, 190 sequences): the whole transition in ~2-3 minutes.
+    # constructive rank 20, 190 sequences)
     "quick": dict(
         suite=dict(n_bits=24, seq_len=3, construction="small"),
         ranks=(2, 4, 8, 12, 16, 20, 32),

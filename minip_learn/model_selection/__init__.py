@@ -4,12 +4,13 @@ from ._ensemble import fit_ensemble
 from ._execution import resolve_devices
 from ._search import cv_results_to_frame
 from ._split import FullSetSplit
-from ._store import ResultsFolderWarning, check_writable, load_sweep
+from ._store import KeyedStore, ResultsFolderWarning, check_writable, load_sweep
 from ._summary import summarize_sweep
 from ._sweep import rank_sweep
 
 __all__ = [
     "FullSetSplit",
+    "KeyedStore",
     "ResultsFolderWarning",
     "check_writable",
     "cv_results_to_frame",

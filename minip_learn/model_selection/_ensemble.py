@@ -14,6 +14,8 @@ import time
 import numpy as np
 from sklearn.utils import Bunch
 
+from .._validation import check_seeds
+
 __all__ = ["fit_ensemble"]
 
 
@@ -41,20 +43,14 @@ def _members(estimator, ranks, seeds, params):
         ranks = [ranks] if isinstance(ranks, numbers.Integral) else list(ranks)
         if not ranks:
             raise ValueError("ranks must be a non-empty list of ints or None.")
-    seeds = [seeds] if seeds is None or isinstance(seeds, numbers.Integral) else list(seeds)
-    if not seeds:
-        raise ValueError("seeds must be a non-empty list of ints.")
-    for s in seeds:
-        if s is not None and (not isinstance(s, numbers.Integral) or isinstance(s, bool)):
-            raise ValueError(f"seeds must be ints (or None); got {s!r}.")
-    given = [s for s in seeds if s is not None]
-    if len(set(map(repr, ranks))) != len(ranks) or len(set(given)) != len(given):
-        raise ValueError("ranks and seeds must not contain duplicates.")
+    seeds = check_seeds(seeds)
+    if len(set(map(repr, ranks))) != len(ranks):
+        raise ValueError(f"ranks must not contain duplicates; got {ranks!r}.")
     members = []
     for r in ranks:
         for s in seeds:
             p = {} if r is None else {"rank": r}
-            p["random_state"] = None if s is None else int(s)
+            p["random_state"] = s
             members.append(p)
     return members
 

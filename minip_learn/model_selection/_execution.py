@@ -6,7 +6,6 @@ threads capped per fit, on the torch devices given to the sweep (round-robin).
 """
 
 import datetime
-import numbers
 import os
 import socket
 import time
@@ -16,7 +15,7 @@ from joblib import Parallel, delayed, effective_n_jobs
 from sklearn.base import clone
 from sklearn.metrics import check_scoring
 
-from .._validation import check_device
+from .._validation import check_device, check_int
 from ._ensemble import fit_ensemble
 from ._store import digest, jsonable
 from ._summary import as_stored
@@ -55,7 +54,12 @@ def resolve_devices(devices):
         return None
     import torch
 
-    items = [devices] if isinstance(devices, str) else list(devices)
+    try:
+        items = [devices] if isinstance(devices, (str, torch.device)) else list(devices)
+    except TypeError:
+        raise ValueError(
+            f"devices must be None, a device string or a list of them; got {devices!r}."
+        ) from None
     if not items:
         raise ValueError("devices must be None, a device string or a non-empty list of them.")
     out = []
@@ -76,10 +80,31 @@ def _assign_devices(devices, n_tasks):
 
 
 def resolve_threads_per_fit(threads_per_fit, n_jobs, devices):
+    """Torch intra-op threads for each fit of a sweep.
+
+    Parameters
+    ----------
+    threads_per_fit : int or None
+        Threads per fit (>= 1); None shares the CPU cores out over the ``n_jobs``
+        parallel fits, or uses one thread when every fit runs on a CUDA device.
+    n_jobs : int or None
+        Parallel fits, as for :class:`joblib.Parallel`.
+    devices : list of str or None
+        The devices of the fits (see :func:`resolve_devices`).
+
+    Returns
+    -------
+    n_threads : int
+
+    Raises
+    ------
+    ValueError
+        For a ``threads_per_fit`` that is neither None nor an int >= 1.
+    """
+    threads_per_fit = check_int(threads_per_fit, "threads_per_fit", min_value=1,
+                                allow_none=True)
     if threads_per_fit is not None:
-        if not isinstance(threads_per_fit, numbers.Integral) or threads_per_fit < 1:
-            raise ValueError(f"threads_per_fit must be a positive int or None; got {threads_per_fit!r}.")
-        return int(threads_per_fit)
+        return threads_per_fit
     if devices is not None and all(d.startswith("cuda") for d in devices):
         return 1
     return max(1, (os.cpu_count() or 1) // max(1, effective_n_jobs(n_jobs)))

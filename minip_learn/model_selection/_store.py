@@ -15,6 +15,10 @@ A run folder ``<out>/<name>-<config id>`` holds
   be read, and records written by another library version or for another
   configuration. Each move is reported in one :class:`ResultsFolderWarning` line naming
   the file; the fit is then computed again.
+
+A :class:`KeyedStore` keeps results that are not fits (e.g. the constructions of the
+scaling recipe) with the same files, writes, locks and checks: one folder holds the
+results of every configuration, each file named ``<key>-<config id>``.
 """
 
 import hashlib
@@ -32,7 +36,7 @@ import joblib
 import numpy as np
 import pandas as pd
 
-__all__ = ["ResultsFolderWarning", "check_writable", "load_sweep"]
+__all__ = ["KeyedStore", "ResultsFolderWarning", "check_writable", "load_sweep"]
 
 _FIT_PREFIX = "fit-"
 _TMP_PREFIX = ".tmp-"
@@ -248,6 +252,9 @@ class RunFolder:
         The configuration; its digest is the folder's ``config_id``.
     """
 
+    #: the field of a record that holds its key (the stem of its file names)
+    key_field = "fit_id"
+
     def __init__(self, path, config):
         self.path = Path(path)
         self.config = config
@@ -319,7 +326,7 @@ class RunFolder:
         except (OSError, ValueError) as exc:
             self.move_aside(path, _CORRUPT, f"unreadable ({_short(exc)})")
             return None
-        if not isinstance(row, dict) or row.get("fit_id") != key:
+        if not isinstance(row, dict) or row.get(self.key_field) != key:
             self.move_aside(path, _CORRUPT, "not a fit record of this file name")
             return None
         if {k: row.get(k) for k in self.stamp} != self.stamp:
@@ -347,7 +354,7 @@ class RunFolder:
         runs code from the file: it is trusted as this folder's own); a file that does
         not match or cannot be loaded is moved to ``corrupt/`` with the record.
         """
-        key = row["fit_id"]
+        key = row[self.key_field]
         path = self.estimator_path(key)
         expected = row.get("estimator_sha256")
         if expected is None or not path.exists():
@@ -385,7 +392,7 @@ class RunFolder:
         """Write a finished fit: the estimator first (when given), then its record (the
         row, stamped with this folder's ``config_id`` and version and the estimator
         file's SHA-256)."""
-        key = row["fit_id"]
+        key = row[self.key_field]
         record = {**row, **self.stamp}
         if estimator is not None:
             path = self.estimator_path(key)
@@ -429,6 +436,123 @@ class RunFolder:
     def release_all(self):
         for key in list(self._locks):
             self.release(key)
+
+
+class _KeyedFolder(RunFolder):
+    """A run folder shared by the results of many configurations, without
+    ``config.json``: a record is ``<stem>.json`` and an estimator ``<stem>.joblib``,
+    each stem a key followed by its configuration's ``config_id``."""
+
+    key_field = "key"
+
+    def record_path(self, key):
+        return self.path / f"{key}.json"
+
+    def estimator_path(self, key):
+        return self.path / f"{key}.joblib"
+
+    def _fit_row(self, record):
+        return {k: v for k, v in record.items()
+                if k not in _FILE_FIELDS and k != self.key_field}
+
+
+class KeyedStore:
+    """Results computed once per key: kept in memory and, with a folder, on disk.
+
+    A result is a row (a dict of JSON values) and an optional fitted estimator. In
+    ``folder`` each key has ``<key>-<tag>.json`` (the row, stamped with ``tag`` and the
+    library version) and, with an estimator, ``<key>-<tag>.joblib`` (its SHA-256 in the
+    row), written and checked as the records and estimators of a run folder (see
+    :ref:`results-folders`): written atomically, computed under a lock per key (two
+    processes on one folder compute a key once), files of another library version or
+    unreadable ones moved aside and computed again; temporary files left by a writer
+    that died are removed when the store is opened.
+    ``tag`` is the digest of ``config`` and of the data: a rerun with the same
+    configuration and data reads what is on disk, another configuration never does.
+
+    Parameters
+    ----------
+    folder : str, path or None
+        Where the results are kept; None keeps them in memory only.
+    config : dict
+        What the results depend on (JSON values).
+    X, y : array-like, default=None
+        Data the results depend on; its fingerprint joins ``config``.
+
+    Attributes
+    ----------
+    tag : str
+        The digest of ``config`` and the data, the end of every file name.
+    n_computed : int
+        Results computed by :meth:`fetch`.
+    n_resumed : int
+        Results read from disk by :meth:`fetch`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from minip_learn.model_selection import KeyedStore
+    >>> folder = tempfile.mkdtemp()
+    >>> store = KeyedStore(folder, {"power": 2})
+    >>> store.fetch("x3", lambda: ({"value": 9}, None))
+    ({'value': 9}, None)
+    >>> rerun = KeyedStore(folder, {"power": 2})
+    >>> rerun.fetch("x3", lambda: ({"value": -1}, None)), rerun.n_resumed
+    (({'value': 9}, None), 1)
+    """
+
+    def __init__(self, folder, config, X=None, y=None):
+        if X is not None:
+            config = {"data": _data_fingerprint(X, y), **config}
+        self.tag = digest(config, 10)
+        self._files = None
+        if folder is not None:
+            self._files = _KeyedFolder(folder, config)
+            check_writable(self._files.path)
+            _remove_stale_temporaries(self._files.path)
+        self._memory = {}
+        self.n_computed = 0
+        self.n_resumed = 0
+
+    def fetch(self, key, compute):
+        """The result of ``key``: from memory, from disk, or ``compute()``, saved.
+
+        Parameters
+        ----------
+        key : str
+            The result's name (the start of its file names).
+        compute : callable
+            ``compute()`` returns ``(row, estimator)``: a dict of JSON values and a
+            fitted estimator or None.
+
+        Returns
+        -------
+        row : dict
+        estimator : estimator or None
+        """
+        if key not in self._memory:
+            if self._files is None:
+                result = compute()
+                self.n_computed += 1
+            else:
+                result = self._fetch_file(f"{key}-{self.tag}", compute)
+            self._memory[key] = result
+        return self._memory[key]
+
+    def _fetch_file(self, stem, compute):
+        files = self._files
+        files.claim(stem, wait=True)
+        try:
+            row, est = files.finished(stem, estimator=True)
+            if row is not None:
+                self.n_resumed += 1
+                return row, est
+            row, est = compute()
+            files.save({**row, files.key_field: stem}, est)
+            self.n_computed += 1
+            return row, est
+        finally:
+            files.release(stem)
 
 
 def _short(exc):

@@ -24,11 +24,13 @@ tidy row per fit. It is the loop :class:`~sklearn.model_selection.GridSearchCV` 
 """
 
 import numbers
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.model_selection import ParameterGrid
 from sklearn.utils import Bunch
 
+from .._validation import check_int, check_seeds
 from ..metrics import get_scorers
 from ._execution import resolve_devices, resolve_threads_per_fit, run_fits
 from ._store import RunFolder, fit_key, jsonable, to_frame
@@ -38,6 +40,8 @@ __all__ = ["rank_sweep"]
 
 
 def _build_grid(estimator, ranks, param_grid):
+    """The parameter combinations of a sweep: ``param_grid`` with ``rank`` set to
+    ``ranks``, each name checked against ``estimator``'s parameters."""
     if param_grid is None:
         grid = [{}]
     elif isinstance(param_grid, dict):
@@ -64,6 +68,269 @@ def _build_grid(estimator, ranks, param_grid):
                 )
     return list(ParameterGrid(grid))
 
+
+@dataclass(frozen=True)
+class _SweepConfig:
+    """The checked settings of one :func:`rank_sweep` call.
+
+    Built by :meth:`from_keywords` from the keywords of :func:`rank_sweep` (described
+    there), which checks them all before any folder is created or any fit starts; the
+    steps of the sweep read their settings here.
+
+    Parameters
+    ----------
+    estimator : estimator object
+        The unfitted template of every fit.
+    tasks : tuple of (dict, int or None, str)
+        One ``(params, seed, fit_id)`` per fit, parameter combinations outer and seeds
+        inner: the order of the result rows.
+    swept : frozenset of str
+        Names of the swept parameters (``rank`` among them when swept).
+    scoring : dict of scorers
+        The multi-metric scoring.
+    certified_min_rank : int or None
+        The family's certified minimum rank.
+    n_jobs : int or None
+        Parallel fits, as for :class:`joblib.Parallel`.
+    n_threads : int
+        Torch intra-op threads per fit (see :func:`resolve_threads_per_fit`).
+    devices : list of str or None
+        The resolved torch devices (see :func:`resolve_devices`).
+    out : str or path or None
+        Root folder of the run folders.
+    name : str or None
+        Prefix of the run folder.
+    tags : dict
+        Constant columns, as JSON values.
+    return_estimators, save_estimators, progress, ensemble : bool
+        As in :func:`rank_sweep`.
+    """
+
+    estimator: object
+    tasks: tuple
+    swept: frozenset
+    scoring: dict
+    certified_min_rank: int | None
+    n_jobs: int | None
+    n_threads: int
+    devices: list | None
+    out: object
+    name: str | None
+    tags: dict
+    return_estimators: bool
+    save_estimators: bool
+    progress: bool
+    ensemble: bool
+
+    @classmethod
+    def from_keywords(cls, estimator, *, ranks, seeds, param_grid, scoring,
+                      certified_min_rank, n_jobs, threads_per_fit, devices, out, name, tags,
+                      return_estimators, save_estimators, progress, ensemble):
+        """Check the keywords of :func:`rank_sweep` and build its configuration.
+
+        Raises
+        ------
+        ValueError
+            For any bad keyword, as :func:`rank_sweep` documents.
+        """
+        if save_estimators and out is None:
+            raise ValueError("save_estimators=True needs an output folder out=.")
+        scoring = get_scorers() if scoring is None else dict(scoring)
+        if not scoring:
+            raise ValueError("scoring must be None or a non-empty dict of scorers.")
+        own = estimator.get_params(deep=False)
+        if "random_state" not in own:
+            raise ValueError(f"{type(estimator).__name__} has no random_state parameter to seed.")
+        seeds = check_seeds(seeds)
+        certified_min_rank = check_int(certified_min_rank, "certified_min_rank", min_value=0,
+                                       allow_none=True)
+        combos = _build_grid(estimator, ranks, param_grid)
+        devices = resolve_devices(devices)
+        if devices is not None and "device" not in own:
+            raise ValueError(
+                f"{type(estimator).__name__} has no device parameter; devices= needs one.")
+        n_jobs = check_int(n_jobs, "n_jobs", allow_none=True)
+        if n_jobs == 0:
+            raise ValueError("n_jobs must be None, -1 (all cores) or a nonzero int; got 0.")
+        tasks = tuple((p, s, fit_key(p, s)) for p in combos for s in seeds)
+        if len({key for _, _, key in tasks}) != len(tasks):
+            raise ValueError("the parameter grid or the seeds contain duplicates.")
+        return cls(
+            estimator=estimator,
+            tasks=tasks,
+            swept=frozenset().union(*combos),
+            scoring=scoring,
+            certified_min_rank=certified_min_rank,
+            n_jobs=n_jobs,
+            n_threads=resolve_threads_per_fit(threads_per_fit, n_jobs, devices),
+            devices=devices,
+            out=out,
+            name=name,
+            tags={k: jsonable(v) for k, v in (tags or {}).items()},
+            return_estimators=bool(return_estimators),
+            save_estimators=bool(save_estimators),
+            progress=bool(progress),
+            ensemble=bool(ensemble),
+        )
+
+    @property
+    def keys(self):
+        """The ``fit_id`` of every task, in the order of the result rows."""
+        return [key for _, _, key in self.tasks]
+
+    @property
+    def label(self):
+        """The run folder's prefix and the progress bar's title."""
+        return self.name or type(self.estimator).__name__
+
+    @property
+    def keep_estimators(self):
+        """Whether the fits send their fitted estimators back."""
+        return self.return_estimators or self.save_estimators
+
+    def add_tags(self, row):
+        """Add the constant columns to ``row`` (in place, keeping its own values)."""
+        row.update({k: v for k, v in self.tags.items() if k not in row})
+        return row
+
+    def open_folder(self, X, y):
+        """The run folder of this configuration on ``(X, y)``, or None without ``out``."""
+        if self.out is None:
+            return None
+        return RunFolder.open(self.out, self.name, self.estimator, X, y, self.swept,
+                              self.scoring)
+
+
+class _SweepRun:
+    """The fits of one sweep: read back from its run folder, or computed.
+
+    A round reads the fits finished in the folder (by an earlier or a concurrent
+    sweep), computes the others in parallel, and waits for those another sweep on the
+    folder holds; the fits that sweep left unfinished (it died) make the next round.
+
+    Parameters
+    ----------
+    config : _SweepConfig
+        The checked settings.
+    X, y : ndarray
+        The family and its targets.
+    folder : RunFolder or None
+        The run folder (None keeps everything in memory).
+    """
+
+    def __init__(self, config, X, y, folder):
+        self.config = config
+        self.X = X
+        self.y = y
+        self.folder = folder
+        self.done = {}  # fit_id -> row read back from the folder
+        self.new_rows = {}  # fit_id -> row computed by this sweep
+        self.estimators = {}
+        self.elsewhere = []  # tasks of the current round that another sweep holds
+        self.bar = None
+
+    def run(self):
+        """Fit every task of the configuration, in rounds; returns ``self``."""
+        from tqdm.auto import tqdm
+
+        config = self.config
+        self.bar = tqdm(total=len(config.tasks), unit="fit", disable=not config.progress,
+                        desc=config.label)
+        pending = list(config.tasks)
+        try:
+            while pending:
+                if self.folder is not None:
+                    self._read_finished(pending)
+                self.elsewhere = []
+                self._fit([t for t in pending if t[2] not in self.done])
+                pending = self._wait_for_elsewhere()
+        finally:
+            self.bar.close()
+            if self.folder is not None:
+                self.folder.release_all()
+        return self
+
+    def claim(self, task):
+        """Claim a task for this sweep just before it is dispatched.
+
+        A fit is computed by the one sweep holding its lock. Returns False, and keeps
+        the task for :meth:`_wait_for_elsewhere`, when another sweep holds it or has
+        finished it meanwhile (its record is read next round).
+        """
+        key = task[2]
+        if self.folder.claim(key):
+            if not self.folder.record_path(key).exists():
+                return True
+            self.folder.release(key)
+        self.elsewhere.append(task)
+        return False
+
+    def _read_finished(self, pending):
+        """Read back the finished fits among ``pending``."""
+        config = self.config
+        for _, _, key in pending:
+            row, est = self.folder.finished(key, estimator=config.return_estimators,
+                                            require_estimator=config.save_estimators)
+            if row is not None:
+                self.done[key] = row
+                self.bar.update(1)
+            if est is not None:
+                self.estimators[key] = est
+
+    def _fit(self, todo):
+        """Compute the tasks ``todo`` (those this sweep can claim) and record them."""
+        config = self.config
+        results = run_fits(config.estimator, self.X, self.y, todo, scoring=config.scoring,
+                           n_jobs=config.n_jobs, devices=config.devices,
+                           n_threads=config.n_threads,
+                           certified_min_rank=config.certified_min_rank,
+                           keep=config.keep_estimators, ensemble=config.ensemble,
+                           claim=None if self.folder is None else self.claim)
+        try:
+            for row, est in results:
+                self._record(row, est)
+        finally:
+            results.close()  # on an error or Ctrl-C: stop the workers now
+
+    def _record(self, row, est):
+        """Keep a computed fit, and write it to the folder (estimator first)."""
+        config = self.config
+        config.add_tags(row)
+        if self.folder is not None:
+            self.folder.save(row, est if config.save_estimators else None)
+            self.folder.release(row["fit_id"])
+        self.new_rows[row["fit_id"]] = row
+        if config.return_estimators:
+            self.estimators[row["fit_id"]] = est
+        self.bar.update(1)
+
+    def _wait_for_elsewhere(self):
+        """Wait until the other sweeps release the tasks they hold (finished, or died);
+        returns those tasks, to be read back or computed next round."""
+        for _, _, key in self.elsewhere:
+            self.folder.claim(key, wait=True)
+            self.folder.release(key)
+        return self.elsewhere
+
+    def result(self):
+        """The :class:`~sklearn.utils.Bunch` that :func:`rank_sweep` returns."""
+        config = self.config
+        rows = [config.add_tags(dict(self.done.get(key) or self.new_rows[key]))
+                for key in config.keys]
+        results = to_frame(rows)
+        results.attrs["param_names"] = sorted(config.swept)
+        result = Bunch(
+            results=results,
+            summary=summarize_sweep(results),
+            path=None if self.folder is None else self.folder.path,
+            n_computed=len(self.new_rows),
+            n_resumed=len(self.done),
+            config=None if self.folder is None else self.folder.config,
+        )
+        if config.return_estimators:
+            result.estimators = {key: self.estimators[key] for key in config.keys
+                                 if key in self.estimators}
+        return result
 
 
 def rank_sweep(
@@ -109,8 +376,9 @@ def rank_sweep(
         Its targets.
     ranks : int or list of int, default=None
         Values of ``rank``; None leaves ``rank`` alone (e.g. for a softmax head).
-    seeds : list of int, default=(0, 1, 2)
-        Values of ``random_state``; one fit per seed and parameter combination.
+    seeds : int or list of int, default=(0, 1, 2)
+        Values of ``random_state`` (None: unseeded); one fit per seed and parameter
+        combination. ``bool`` values and repeated seeds are rejected.
     param_grid : dict or list of dicts, default=None
         Further parameters to sweep, as for :class:`~sklearn.model_selection.GridSearchCV`
         (e.g. ``{"feature_map": ["table", "elu+1"]}``).
@@ -217,108 +485,13 @@ def rank_sweep(
     >>> res.summary[["rank", "n_fits"]].to_dict("list")
     {'rank': [2, 4], 'n_fits': [2, 2]}
     """
-    from tqdm.auto import tqdm
-
-    if save_estimators and out is None:
-        raise ValueError("save_estimators=True needs an output folder out=.")
-    scoring = get_scorers() if scoring is None else dict(scoring)
-    if not scoring:
-        raise ValueError("scoring must be None or a non-empty dict of scorers.")
-    if "random_state" not in estimator.get_params(deep=False):
-        raise ValueError(f"{type(estimator).__name__} has no random_state parameter to seed.")
-    seeds = [seeds] if seeds is None or isinstance(seeds, numbers.Integral) else list(seeds)
-    if not seeds:
-        raise ValueError("seeds must be a non-empty list of ints.")
-    for s in seeds:
-        if s is not None and not isinstance(s, numbers.Integral):
-            raise ValueError(f"seeds must be ints (or None); got {s!r}.")
-    seeds = [None if s is None else int(s) for s in seeds]
-    if certified_min_rank is not None:
-        certified_min_rank = int(certified_min_rank)
-    combos = _build_grid(estimator, ranks, param_grid)
-    device_list = resolve_devices(devices)
-    if device_list is not None and "device" not in estimator.get_params(deep=False):
-        raise ValueError(f"{type(estimator).__name__} has no device parameter; devices= needs one.")
+    config = _SweepConfig.from_keywords(
+        estimator, ranks=ranks, seeds=seeds, param_grid=param_grid, scoring=scoring,
+        certified_min_rank=certified_min_rank, n_jobs=n_jobs,
+        threads_per_fit=threads_per_fit, devices=devices, out=out, name=name, tags=tags,
+        return_estimators=return_estimators, save_estimators=save_estimators,
+        progress=progress, ensemble=ensemble)
     X = np.asarray(X)
     y = np.asarray(y)
-    tags = {k: jsonable(v) for k, v in (tags or {}).items()}
-
-    tasks = [(p, s, fit_key(p, s)) for p in combos for s in seeds]
-    keys = [k for _, _, k in tasks]
-    if len(set(keys)) != len(keys):
-        raise ValueError("the parameter grid or the seeds contain duplicates.")
-    swept = set().union(*combos)
-    folder = None if out is None else RunFolder.open(out, name, estimator, X, y, swept,
-                                                     scoring)
-    n_threads = resolve_threads_per_fit(threads_per_fit, n_jobs, device_list)
-    keep = return_estimators or save_estimators
-    done, new_rows, estimators = {}, {}, {}
-    bar = tqdm(total=len(tasks), unit="fit", disable=not progress,
-               desc=name or type(estimator).__name__)
-    pending = tasks
-    try:
-        while pending:
-            if folder is not None:  # finished fits, by an earlier or a concurrent run
-                for _, _, key in pending:
-                    row, est = folder.finished(key, estimator=return_estimators,
-                                               require_estimator=save_estimators)
-                    if row is not None:
-                        done[key] = row
-                        bar.update(1)
-                    if est is not None:
-                        estimators[key] = est
-            todo = [t for t in pending if t[2] not in done]
-            elsewhere = []
-
-            def claim(task, elsewhere=elsewhere):
-                # a fit is computed by the one run holding its lock; the others wait
-                if folder.claim(task[2]):
-                    if not folder.record_path(task[2]).exists():
-                        return True
-                    folder.release(task[2])  # finished meanwhile: read it next round
-                elsewhere.append(task)
-                return False
-
-            results = run_fits(estimator, X, y, todo, scoring=scoring, n_jobs=n_jobs,
-                               devices=device_list, n_threads=n_threads,
-                               certified_min_rank=certified_min_rank, keep=keep,
-                               ensemble=ensemble, claim=None if folder is None else claim)
-            try:
-                for row, est in results:
-                    row.update({k: v for k, v in tags.items() if k not in row})
-                    if folder is not None:
-                        folder.save(row, est if save_estimators else None)
-                        folder.release(row["fit_id"])
-                    new_rows[row["fit_id"]] = row
-                    if return_estimators:
-                        estimators[row["fit_id"]] = est
-                    bar.update(1)
-            finally:
-                results.close()  # on an error or Ctrl-C: stop the workers now
-            for _, _, key in elsewhere:  # wait for the other run to finish (or die)
-                folder.claim(key, wait=True)
-                folder.release(key)
-            pending = elsewhere
-    finally:
-        bar.close()
-        if folder is not None:
-            folder.release_all()
-
-    rows = []
-    for _, _, k in tasks:
-        row = dict(done.get(k) or new_rows[k])
-        row.update({t: v for t, v in tags.items() if t not in row})
-        rows.append(row)
-    results = to_frame(rows)
-    results.attrs["param_names"] = sorted(swept)
-    result = Bunch(
-        results=results,
-        summary=summarize_sweep(results),
-        path=None if folder is None else folder.path,
-        n_computed=len(new_rows),
-        n_resumed=len(done),
-        config=None if folder is None else folder.config,
-    )
-    if return_estimators:
-        result.estimators = {k: estimators[k] for k in keys if k in estimators}
-    return result
+    folder = config.open_folder(X, y)
+    return _SweepRun(config, X, y, folder).run().result()

@@ -24,9 +24,13 @@ parameters) and reported by :attr:`HeadEnsemble.path`:
 * **generic**: any other head runs its own forward on the stacked parameters
   (:func:`torch.func.functional_call`, vectorised with :func:`torch.func.vmap` over the
   members);
-* **single**: a stack of one member runs the head's own forward on its parameters
-  (what a single ``fit`` trains: the cost of the plain head), except where the pair
-  form applies.
+* **single**: a stack of one member holds a copy of its head as a submodule and runs
+  the head's own forward on its own parameters (what a single ``fit`` trains: the cost
+  of the plain head), except where the pair form applies.
+
+The fused path reads the stacked tensors by the roles the modules declare
+(``fused_parameters()`` of the feature maps, the value map and the readout), resolved
+once when the stack is built.
 
 No scikit-learn in this layer.
 """
@@ -64,6 +68,52 @@ def _fused_obstacle(template):
         module = getattr(template, role)
         if getattr(type(module), "fused", None) != form:
             return f"{role} {type(module).__name__} declares no fused form {form!r}"
+    return None
+
+
+#: the roles of the parameters the fused forward reads, by the fused form of a module
+FUSED_ROLES = {
+    "linear": ("weight", "bias"),
+    "table": ("log_table",),
+    "affine": ("weight", "weight_bias", "bias", "bias_const"),
+}
+
+
+def _fused_roles(template):
+    """Position in ``template.parameters()`` of every parameter the fused forward reads,
+    keyed by ``(module, role)`` (the roles each module declares in ``fused_parameters``).
+
+    Raises
+    ------
+    TypeError
+        When a module declares a fused form but not the parameters of its roles.
+    """
+    position = {id(p): j for j, p in enumerate(template.parameters())}
+    qf, kf = template.query_features, template.key_features
+    roles = {}
+    for owner, form in (("query_features", qf.fused_form), ("key_features", kf.fused_form),
+                        ("value", "linear"), ("readout", "affine")):
+        module = getattr(template, owner)
+        declared = module.fused_parameters()
+        for role in FUSED_ROLES[form]:
+            param = declared.get(role)
+            if param is None or id(param) not in position:
+                raise TypeError(
+                    f"{owner} {type(module).__name__} declares the fused form {form!r} but "
+                    f"fused_parameters() gives no parameter of the head for the role {role!r}.")
+            roles[owner, role] = position[id(param)]
+    return roles
+
+
+def _rank_mask_obstacle(head):
+    """Why heads like ``head`` cannot share one stack at different ranks (a sentence), or
+    None when rank masking applies to them (every feature map is ``rank_maskable``)."""
+    for role in ("query_features", "key_features"):
+        fm = getattr(head, role, None)
+        if fm is not None and not getattr(fm, "rank_maskable", True):
+            return (f"heads with the feature map {getattr(fm, 'name', type(fm).__name__)!r} "
+                    "cannot be stacked at different ranks: its features mix the encoder "
+                    "outputs, so zero-padding changes them; stack heads of one rank at a time")
     return None
 
 
@@ -128,7 +178,7 @@ class HeadEnsemble(nn.Module):
     template : torch.nn.Module, default=None
         A head with the largest shapes (e.g. the kernel head of the largest rank); its
         own parameter values are not used. None uses the first head of the largest
-        ``rank`` (or the first head).
+        ``rank`` (or the first head). A stack of one member uses a copy of its head.
 
     Attributes
     ----------
@@ -136,9 +186,11 @@ class HeadEnsemble(nn.Module):
         Number of members ``E``.
     names : list of str
         Names of the stacked parameters (as in ``template.named_parameters()``).
-    params : torch.nn.ParameterList
-        The stacked parameters, one per name, of shape ``(E, *template_shape)``; a
-        stack of one member holds its head's parameters at their own shapes.
+    params : sequence of torch.nn.Parameter
+        The stacked parameters, one per name, of shape ``(E, *template_shape)`` (a
+        :class:`torch.nn.ParameterList` the stack owns); a stack of one member holds
+        its head's copy as a submodule, and these are that head's own parameters, at
+        their own shapes.
     ranks : list of int or None
         Rank of each member (kernel heads), else None.
     path : {"fused-pairs", "fused-positions", "generic", "single"}
@@ -171,64 +223,72 @@ class HeadEnsemble(nn.Module):
 
     def __init__(self, heads, template=None):
         super().__init__()
+        heads = self._check_heads(heads)
+        ranks = [getattr(h, "rank", None) for h in heads]
+        self.ranks = None if any(r is None for r in ranks) else [int(r) for r in ranks]
+        self.n_members = len(heads)
+        # one member: the stack's head is a copy of its head and trains in place;
+        # several: the template only lends its forward and shapes
+        self._stacked = self.n_members > 1
+        template = self._pick_template(heads, template)
+        self.names = [n for n, _ in template.named_parameters()]
+        self._shapes = [
+            {n: tuple(p.shape) for n, p in h.named_parameters()} for h in heads]
+        self._buffer_shapes = [
+            {n: tuple(b.shape) for n, b in h.named_buffers()} for h in heads]
+        for i, shapes in enumerate(self._shapes):
+            if sorted(shapes) != sorted(self.names):
+                raise ValueError(f"head {i} does not have the parameters of the template.")
+        self._shared_names, self._stacked_names = [], []
+        if self._stacked:
+            self._stack_members(heads, template)
+        else:
+            self.head = template  # its parameters and buffers are the stack's
+        self._template = [template]  # a plain reference (a submodule only for one member)
+        self._choose_path(template)
+        self._input_cache = None
+
+    @staticmethod
+    def _check_heads(heads):
+        """The members as a list: non-empty, of one class."""
         heads = list(heads)
         if not heads:
             raise ValueError("heads must be a non-empty list of modules.")
         if len({type(h) for h in heads}) != 1:
             raise ValueError("all heads must be of the same class.")
-        ranks = [getattr(h, "rank", None) for h in heads]
-        self.ranks = None if any(r is None for r in ranks) else [int(r) for r in ranks]
+        return heads
+
+    def _pick_template(self, heads, template):
+        """A private copy of the head whose forward and shapes every member uses."""
+        if not self._stacked:
+            return copy.deepcopy(heads[0])
         if template is None:
             template = heads[0] if self.ranks is None else heads[
                 max(range(len(heads)), key=lambda i: self.ranks[i])]
         template = copy.deepcopy(template)
-        self.n_members = len(heads)
-        # one member: the template is a copy of its head and trains in place (its
-        # parameters are the stack's, at their own shapes, with no member dimension);
-        # several: the template only lends its forward and shapes
-        self._stacked = self.n_members > 1
-        if self._stacked:
-            for p in template.parameters():
-                p.requires_grad_(False)
+        for p in template.parameters():
+            p.requires_grad_(False)
+        return template
+
+    def _stack_members(self, heads, template):
+        """Several members: the stacked parameters, the shared and the stacked buffers
+        (registered on the stack) and the rank mask."""
         members = [dict(h.named_parameters()) for h in heads]
-        self.names = [n for n, _ in template.named_parameters()]
-        for i, m in enumerate(members):
-            if sorted(m) != sorted(self.names):
-                raise ValueError(f"head {i} does not have the parameters of the template.")
-        self.params = nn.ParameterList([
+        self.stack = nn.ParameterList([
             nn.Parameter(torch.stack([_pad_to(m[n].detach(), p.shape) for m in members]))
-            if self._stacked else p
             for n, p in template.named_parameters()
         ])
         # buffers: shared when equal in every member, else stacked
         shared, stacked = {}, {}
-        member_buffers = ([dict(h.named_buffers()) for h in heads] if self._stacked
-                          else [dict(template.named_buffers())])
+        member_buffers = [dict(h.named_buffers()) for h in heads]
         for n, b in template.named_buffers():
             vals = [mb[n] for mb in member_buffers]
             if all(v.shape == b.shape and torch.equal(v, vals[0]) for v in vals):
                 shared[n] = vals[0]
             else:
                 stacked[n] = torch.stack([_pad_to(v, b.shape) for v in vals])
-        padded = any(self._shape_differs(h, template) for h in heads)
-        if padded and not (self.ranks is not None and hasattr(template, "feature_mask")):
-            raise ValueError(
-                "heads of different shapes can be stacked only when they are single "
-                "kernel heads that differ in rank (rank masking).")
-        if self.ranks is not None and len(set(self.ranks)) > 1:
-            for fm in (template.query_features, template.key_features):
-                if not getattr(fm, "rank_maskable", True):
-                    raise ValueError(
-                        f"heads with the feature map {getattr(fm, 'name', type(fm).__name__)!r} "
-                        "cannot be stacked at different ranks: its features mix the "
-                        "encoder outputs, so zero-padding changes them; stack heads of "
-                        "one rank at a time.")
-            r_max = int(template.rank)
-            mask = torch.zeros(self.n_members, r_max, dtype=self.params[0].dtype,
-                               device=self.params[0].device)
-            for i, r in enumerate(self.ranks):
-                mask[i, :r] = 1
-            template.feature_mask = torch.ones(r_max, dtype=mask.dtype, device=mask.device)
+        mask = self._rank_mask(heads, template)
+        if mask is not None:
             stacked["feature_mask"] = mask
         self._shared_names = list(shared)
         self._stacked_names = list(stacked)
@@ -236,46 +296,100 @@ class HeadEnsemble(nn.Module):
             self.register_buffer(f"shared_{i}", shared[n])
         for i, n in enumerate(self._stacked_names):
             self.register_buffer(f"stacked_{i}", stacked[n])
-        self._template = [template]  # not a submodule: its parameters are not ours
-        self._shapes = [
-            {n: tuple(p.shape) for n, p in h.named_parameters()} for h in heads]
-        self._buffer_shapes = [
-            {n: tuple(b.shape) for n, b in h.named_buffers()} for h in heads]
 
+    def _rank_mask(self, heads, template):
+        """The stacked ``feature_mask`` of members of different ranks (the template gets
+        a mask of ones), or None when the ranks agree.
+
+        Raises
+        ------
+        ValueError
+            For members of different shapes that rank masking cannot stack.
+        """
+        shapes = {n: p.shape for n, p in template.named_parameters()}
+        padded = any(shapes.get(n) != p.shape for h in heads for n, p in h.named_parameters())
+        if padded and not (self.ranks is not None and hasattr(template, "feature_mask")):
+            raise ValueError(
+                "heads of different shapes can be stacked only when they are single "
+                "kernel heads that differ in rank (rank masking).")
+        if self.ranks is None or len(set(self.ranks)) == 1:
+            return None
+        obstacle = _rank_mask_obstacle(template)
+        if obstacle is not None:
+            raise ValueError(obstacle + ".")
+        r_max = int(template.rank)
+        first = self.stack[0]
+        mask = torch.zeros(self.n_members, r_max, dtype=first.dtype, device=first.device)
+        for i, r in enumerate(self.ranks):
+            mask[i, :r] = 1
+        template.feature_mask = torch.ones(r_max, dtype=mask.dtype, device=mask.device)
+        return mask
+
+    def _choose_path(self, template):
+        """The path the template's declarations allow, and the fused roles' positions."""
         obstacle = _fused_obstacle(template)
         self._fast = obstacle is None
+        self._roles = _fused_roles(template) if self._fast else {}
         self.path = "fused-positions" if self._fast else "generic"
         self.path_reason = obstacle or "every map declares a fused form"
-        if self.n_members == 1:
+        if not self._stacked:
             self.path, self.path_reason = "single", self._single_reason()
-        self._input_cache = None
-        self._paths = {id(mod): name for name, mod in template.named_modules()}
-        modules = dict(template.named_modules())
-
-        def slot(name):  # the module that holds ``name``, and its attribute
-            owner, _, attr = name.rpartition(".")
-            return modules[owner], attr
-
-        self._slots = ([(slot(n), "_parameters", n) for n in self.names]
-                       + [(slot(n), "_buffers", n) for n in self._shared_names]
-                       + [(slot(n), "_buffers", n) for n in self._stacked_names])
 
     @staticmethod
-    def _shape_differs(head, template):
-        shapes = {n: p.shape for n, p in template.named_parameters()}
-        return any(shapes.get(n) != p.shape for n, p in head.named_parameters())
+    def stack_groups(heads):
+        """Which heads can share one stack: all of them, or one stack per rank where a
+        feature map declares that heads of different ranks cannot
+        (``FeatureMap.rank_maskable``).
+
+        Parameters
+        ----------
+        heads : list of torch.nn.Module
+            Heads of one class and architecture.
+
+        Returns
+        -------
+        groups : list of list of int
+            Indices into ``heads``, one list per stack, in the order of first
+            appearance.
+
+        Examples
+        --------
+        >>> from minip_learn.nn import HeadEnsemble, KernelAttentionHead
+        >>> HeadEnsemble.stack_groups([KernelAttentionHead(4, r) for r in (2, 3, 2)])
+        [[0, 1, 2]]
+        >>> HeadEnsemble.stack_groups([KernelAttentionHead(4, r, feature_map="hedgehog")
+        ...                            for r in (4, 6, 4)])
+        [[0, 2], [1]]
+        """
+        heads = list(heads)
+        if not heads or _rank_mask_obstacle(heads[0]) is None:
+            return [list(range(len(heads)))]
+        groups = {}
+        for i, head in enumerate(heads):
+            groups.setdefault(getattr(head, "rank", None), []).append(i)
+        return list(groups.values())
 
     @property
     def template(self):
         """The (private copy of the) widest head whose forward every member runs; for
-        one member, that member itself (its parameters are :attr:`params`)."""
+        one member, that member itself (the stack's submodule ``head``: its parameters
+        are :attr:`params`)."""
         return self._template[0]
 
-    def _stacked_params(self):
+    @property
+    def params(self):
+        """The stacked parameters, one per name of :attr:`names` (for one member, the
+        head's own parameters)."""
+        return self.stack if self._stacked else list(self.template.parameters())
+
+    def _member_params(self):
         """The parameters with their member dimension (views for one member)."""
-        return list(self.params) if self._stacked else [p.unsqueeze(0) for p in self.params]
+        return list(self.stack) if self._stacked else [
+            p.unsqueeze(0) for p in self.template.parameters()]
 
     def _buffer_dicts(self):
+        if not self._stacked:
+            return dict(self.template.named_buffers()), {}
         shared = {n: getattr(self, f"shared_{i}") for i, n in enumerate(self._shared_names)}
         stacked = {n: getattr(self, f"stacked_{i}") for i, n in enumerate(self._stacked_names)}
         return shared, stacked
@@ -284,6 +398,24 @@ class HeadEnsemble(nn.Module):
         """The stacked buffer ``name`` (one row per member, e.g. ``feature_mask`` when
         the ranks differ), or None when every member shares it or it does not exist."""
         return self._buffer_dicts()[1].get(name)
+
+    def token_tables(self):
+        """The stacked query and key log-feature tables, or None when the heads have none.
+
+        Returns
+        -------
+        tables : tuple of two Parameters of shape (E, n_tokens, rank), or None
+            The stack's own parameters (not copies), rows in the order of the maps'
+            ``vocabulary`` (see :meth:`KernelAttentionHead.token_tables
+            <minip_learn.nn.KernelAttentionHead.token_tables>`); for one member, its
+            head's tables, of shape (n_tokens, rank).
+        """
+        token_tables = getattr(self.template, "token_tables", None)
+        tables = None if token_tables is None else token_tables()
+        if tables is None or not self._stacked:
+            return tables
+        position = {id(p): j for j, p in enumerate(self.template.parameters())}
+        return tuple(self.stack[position[id(t)]] for t in tables)
 
     def forward(self, x):
         """Outputs of every member on the same input ``x``: shape ``(E, *head_output)``.
@@ -333,25 +465,12 @@ class HeadEnsemble(nn.Module):
         return self._position_forward(x)
 
     def _single_forward(self, x):
-        """The one member's output: the template's forward (the template holds the
-        member's parameters and buffers, see :meth:`_apply`)."""
+        """The one member's output: its head's own forward (the head is the stack's
+        submodule, so it holds the stack's parameters and buffers)."""
         template = self.template
         if template.training != self.training:
             template.train(self.training)
         return template(x).unsqueeze(0)
-
-    def _apply(self, fn, recurse=True):
-        # ``to``/``cuda``/``double``... act on the stack's tensors; one member's
-        # template points at them again (buffers, and parameters where torch is set to
-        # replace rather than update them, become new tensors)
-        super()._apply(fn, recurse)
-        if not self._stacked:
-            shared, stacked = self._buffer_dicts()
-            values = (list(self.params) + [shared[n] for n in self._shared_names]
-                      + [stacked[n].squeeze(0) for n in self._stacked_names])
-            for ((module, attr), kind, _), value in zip(self._slots, values):
-                getattr(module, kind)[attr] = value
-        return self
 
     def _cached(self, x, key, make):
         """``make()`` cached for the input ``x``: the same tensor object, not modified
@@ -400,7 +519,7 @@ class HeadEnsemble(nn.Module):
         template = self.template
         template.train(self.training)
         shared, stacked = self._buffer_dicts()
-        params = dict(zip(self.names, self._stacked_params()))
+        params = dict(zip(self.names, self._member_params()))
 
         def one(p, b, xx):
             return functional_call(template, (p, b, shared), (xx,))
@@ -418,23 +537,23 @@ class HeadEnsemble(nn.Module):
         over contiguous rows of ``n`` sequences.
         """
         t = self.template
-        P = dict(zip(self.names, self._stacked_params()))
+        P = self._member_params()
+        roles = self._roles
         n, N, m = tokens.shape
         E = self.n_members
         X2 = self._cached(x, ("xT", key),
                           lambda: tokens.permute(2, 1, 0).reshape(m, N * n).contiguous())
-        paths = self._paths
 
-        def linear(module):  # one matrix product for every member: (E, n, N, o)
-            pre = paths[id(module)]
-            W, b = P[pre + ".weight"], P[pre + ".bias"]  # (E, o, m), (E, o)
+        def linear(owner, weight="weight", bias="bias"):
+            # one matrix product for every member: (E, n, N, o)
+            W, b = P[roles[owner, weight]], P[roles[owner, bias]]  # (E, o, m), (E, o)
             o = W.shape[1]
             z = torch.addmm(b.T.reshape(o * E, 1), W.transpose(0, 1).reshape(o * E, m), X2)
             return z.view(o, E, N, n).permute(1, 3, 2, 0)
 
-        def feats(fm):  # log-features of log-domain maps, else features
+        def feats(owner, fm):  # log-features of log-domain maps, else features
             if fm.fused_form == "table":
-                tab = P[paths[id(fm)] + ".log_table"]  # (E, n_tokens, r)
+                tab = P[roles[owner, "log_table"]]  # (E, n_tokens, r)
                 # the table row of every token; None where the tokens are the table's
                 # rows in order (the pair path on the training tokens): no gather
                 idx = self._cached(x, ("index", key, id(fm)),
@@ -445,19 +564,24 @@ class HeadEnsemble(nn.Module):
                 if idx is not None:
                     rows = rows[:, :, idx]
                 return rows.view(r, E, N, n).permute(1, 3, 2, 0)
-            z = linear(fm.encoder)
+            z = linear(owner)
             return z if fm.log_domain else fm.activation(z)
 
         qf, kf = t.query_features, t.key_features
-        fq = feats(qf)
-        fk = fq if kf is qf else feats(kf)
-        w, b = linear(t.readout.query_weight), linear(t.readout.query_bias).squeeze(-1)
-        return fq, fk, linear(t.value.linear), w, b
+        fq = feats("query_features", qf)
+        fk = fq if kf is qf else feats("key_features", kf)
+        w = linear("readout", "weight", "weight_bias")
+        b = linear("readout", "bias", "bias_const").squeeze(-1)
+        return fq, fk, linear("value"), w, b
 
     def _mask(self):
-        shared, stacked = self._buffer_dicts()
-        mask = stacked.get("feature_mask", shared.get("feature_mask"))
-        return None if mask is None else mask[:, None, None, :]  # (E, 1, 1, r)
+        """The rank mask as (E or 1, 1, 1, r), or None."""
+        if self._stacked:
+            shared, stacked = self._buffer_dicts()
+            mask = stacked.get("feature_mask", shared.get("feature_mask"))
+        else:
+            mask = self.template.feature_mask
+        return None if mask is None else mask.reshape(-1, 1, 1, mask.shape[-1])
 
     def _position_forward(self, x):
         # the head's arithmetic with a leading member dimension
@@ -522,7 +646,7 @@ class HeadEnsemble(nn.Module):
         """
         state = {}
         shapes = self._shapes[i]
-        for n, p in zip(self.names, self._stacked_params()):
+        for n, p in zip(self.names, self._member_params()):
             state[n] = _crop_to(p.detach()[i], shapes[n]).clone()
         shared, stacked = self._buffer_dicts()
         for n, shape in self._buffer_shapes[i].items():

@@ -306,7 +306,8 @@ class FeatureMap(nn.Module):
     #: batched form of the map (see ``fused_form``): ``"linear"`` when the map is
     #: ``activation(encoder(x))`` (log-domain: ``log_features = encoder(x)``) with an
     #: activation that is a fixed elementwise function (no parameters, no buffers);
-    #: ``"table"`` for a token table (``log_table[token_index(x)]``); None otherwise
+    #: ``"table"`` for a token table (``log_table[token_index(x)]``); None otherwise.
+    #: The parameters the batched form reads are declared by ``fused_parameters``
     fused = None
     #: feature ``k`` depends on encoder output ``k`` only (or on its own table column),
     #: so a map of a smaller rank is exactly this map with its encoder zero-padded and
@@ -346,6 +347,22 @@ class FeatureMap(nn.Module):
         if self.fused == "linear":
             return "linear" if type(self.encoder) is nn.Linear else None
         return self.fused
+
+    def fused_parameters(self):
+        """The parameters of the batched form (:attr:`fused_form`), by role.
+
+        Read by :class:`~minip_learn.nn.HeadEnsemble` when it is built, so that the
+        fused forward never looks a parameter up by its name.
+
+        Returns
+        -------
+        roles : dict of str to torch.nn.Parameter
+            ``{"weight": W, "bias": b}``, the linear encoder ``z = W x + b``, for the
+            ``"linear"`` form; empty when the map has no fused form.
+        """
+        if self.fused_form != "linear":
+            return {}
+        return {"weight": self.encoder.weight, "bias": self.encoder.bias}
 
     def activation(self, z):
         raise NotImplementedError
@@ -512,6 +529,10 @@ class TokenTable(FeatureMap):
 
     def log_features(self, x):
         return self.log_table[self.token_index(x)]
+
+    def fused_parameters(self):
+        """The parameters of the batched form, by role: ``{"log_table": table}``."""
+        return {"log_table": self.log_table}
 
     def extra_repr(self):
         return f"name='table', n_tokens={len(self.vocabulary)}, rank={self.rank}"

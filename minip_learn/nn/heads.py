@@ -56,6 +56,11 @@ class ValueMap(nn.Module):
     def forward(self, x):
         return self.linear(x)
 
+    def fused_parameters(self):
+        """The parameters of the batched form, by role: ``{"weight": V, "bias": c}``
+        (read by :class:`~minip_learn.nn.HeadEnsemble`)."""
+        return {"weight": self.linear.weight, "bias": self.linear.bias}
+
     @torch.no_grad()
     def set_affine(self, weight, bias):
         """Set ``v(x) = weight x + bias`` (weight of shape (value_dim, n_bits))."""
@@ -99,6 +104,20 @@ class AffineReadout(nn.Module):
     def coefficients(self, x):
         """``(w(x), b(x))`` of shapes (..., value_dim) and (...)."""
         return self.query_weight(x), self.query_bias(x).squeeze(-1)
+
+    def fused_parameters(self):
+        """The parameters of the batched form, by role (read by
+        :class:`~minip_learn.nn.HeadEnsemble`): ``w(x) = weight x + weight_bias`` and
+        ``b(x) = <bias, x> + bias_const``, as in :meth:`set_affine`.
+
+        Returns
+        -------
+        roles : dict of str to torch.nn.Parameter
+            Keys ``"weight"`` (value_dim, n_bits), ``"weight_bias"`` (value_dim,),
+            ``"bias"`` (1, n_bits) and ``"bias_const"`` (1,).
+        """
+        return {"weight": self.query_weight.weight, "weight_bias": self.query_weight.bias,
+                "bias": self.query_bias.weight, "bias_const": self.query_bias.bias}
 
     @torch.no_grad()
     def set_affine(self, weight, weight_bias, bias, bias_const):

@@ -23,6 +23,7 @@ a single layer, an affine scalar readout and a nonnegative kernel. With
 import torch
 from torch import nn
 
+from .._validation import check_params
 from .attention import affine_readout
 from .feature_maps import get_feature_map
 from .heads import AffineReadout, KernelAttentionHead
@@ -161,11 +162,11 @@ class KernelAttentionModel(nn.Module):
         **head_options,
     ):
         super().__init__()
-        if readout not in _READOUTS:
-            raise ValueError(f"readout must be one of {list(_READOUTS)}; got {readout!r}.")
-        for name, value in (("n_heads", n_heads), ("n_layers", n_layers), ("rank", rank)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1; got {value!r}.")
+        checked = check_params(
+            dict(readout=readout, n_heads=n_heads, n_layers=n_layers, rank=rank),
+            {"readout": ("choice", {"options": _READOUTS}), "n_heads": ("int", {"min": 1}),
+             "n_layers": ("int", {"min": 1}), "rank": ("int", {"min": 1})})
+        n_heads, n_layers, rank = checked["n_heads"], checked["n_layers"], checked["rank"]
         feature_map = head_options.get("feature_map")  # None: the head's default map
         if (n_layers > 1 and feature_map is not None
                 and get_feature_map(feature_map).requires_vocabulary):

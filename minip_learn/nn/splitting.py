@@ -53,15 +53,11 @@ def splittable_tables(module):
     >>> splittable_tables(KernelAttentionHead(3, 2)) is None
     True
     """
-    from .feature_maps import TokenTable
     from .heads import KernelAttentionHead
 
     if not isinstance(module, KernelAttentionHead):
         return None
-    qf, kf = module.query_features, module.key_features
-    if not (isinstance(qf, TokenTable) and isinstance(kf, TokenTable)) or qf is kf:
-        return None
-    return qf.log_table, kf.log_table
+    return module.token_tables()
 
 
 def minip_partners(index, vocabulary):

@@ -12,7 +12,7 @@ import torch
 from skorch.callbacks import Callback
 
 from ..metrics import TOLERANCE
-from ..nn.splitting import minip_partners, split_shared_features, splittable_tables
+from ..nn.splitting import minip_partners, split_shared_features
 
 __all__ = [
     "MemberLog",
@@ -186,11 +186,10 @@ class SplitSharedFeatures(Callback):
     def on_train_begin(self, net, X=None, y=None, **kwargs):
         self.partners_ = None
         ens = net.module_
-        if splittable_tables(ens.template) is None:
+        tables = ens.token_tables()
+        if tables is None:
             return
-        pos = {n: j for j, n in enumerate(ens.names)}
-        self.tables_ = (ens.params[pos["query_features.log_table"]],
-                        ens.params[pos["key_features.log_table"]])
+        self.tables_ = tables
         self.mask_ = ens.stacked_buffer("feature_mask")
         qf = ens.template.query_features
         with torch.no_grad():

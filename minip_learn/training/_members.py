@@ -227,17 +227,10 @@ def _member_histories(rows, E, n_epochs):
 
 
 def _stack_groups(keys, nets):
-    """The members trained as one stack: all of them, or one stack per rank when a
-    feature map declares that heads of different ranks cannot share a stack
-    (``FeatureMap.rank_maskable``)."""
-    module = nets[keys[0]].module_
-    maps = [getattr(module, n, None) for n in ("query_features", "key_features")]
-    if all(getattr(fm, "rank_maskable", True) for fm in maps):
-        return [keys]
-    groups = {}
-    for key in keys:
-        groups.setdefault(getattr(nets[key].module_, "rank", None), []).append(key)
-    return list(groups.values())
+    """The members trained as one stack: all of them, or one stack per rank
+    (:meth:`HeadEnsemble.stack_groups <minip_learn.nn.HeadEnsemble.stack_groups>`)."""
+    groups = HeadEnsemble.stack_groups([nets[key].module_ for key in keys])
+    return [[keys[j] for j in group] for group in groups]
 
 
 def train_members(module, members, X, y, *, criterion=torch.nn.MSELoss,
