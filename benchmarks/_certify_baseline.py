@@ -31,7 +31,7 @@ from fractions import Fraction
 import numpy as np
 
 from minip_learn._validation import check_sequences
-from minip_learn.theory.bounds import _rank_from_denominators
+from minip_learn.theory.bounds import rank_from_denominators
 
 __all__ = ["Certificate", "certify", "family_constraints"]
 
@@ -298,7 +298,7 @@ def _prune(K):
     Returns the kept indices.
     """
     idx = list(range(len(K)))
-    best_rank = _rank_from_denominators(K)[0]
+    best_rank = rank_from_denominators(K)[0]
     best_idx = list(idx)
     Kf = np.array([[_inv(k) for k in row] for row in K]) if len(K) else np.zeros((0, 0))
     E2 = Kf ** 2
@@ -314,7 +314,7 @@ def _prune(K):
         if not values[i] > value * (1 + 1e-12):
             break
         del idx[i]
-        rank = _rank_from_denominators(K[np.ix_(idx, idx)])[0]
+        rank = rank_from_denominators(K[np.ix_(idx, idx)])[0]
         if rank > best_rank:
             best_rank, best_idx = rank, list(idx)
     return best_idx
@@ -382,7 +382,7 @@ def certify(X, *, return_certificate=False):
     chosen = [chosen[i] for i in keep]
     K = K[np.ix_(keep, keep)]
     n = len(chosen)
-    rank, value, dominant = _rank_from_denominators(K)
+    rank, value, dominant = rank_from_denominators(K)
     if n < 2:
         cert = _trivial(X, "no two (query, key) pairs constrain each other", n_constraints)
         return (1, cert) if return_certificate else 1

@@ -358,6 +358,53 @@ def test_search_bounds_are_never_below_the_best_clique(seed, V, density):
     assert _clique_cover_bound((1 << V) - 1, nbr) >= largest
 
 
+@settings(max_examples=60, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 9), density=st.floats(0.3, 1.0))
+def test_exhaustive_search_finds_the_best_clique(seed, V, density):
+    from fractions import Fraction
+
+    from minip_learn.theory.certify import _exact_clique_search, _root_bound
+
+    rng = np.random.RandomState(seed)
+    A = np.triu(rng.rand(V, V) < density, 1)
+    A = A | A.T
+    # denominators whose sums often land exactly on integers (row sums 1, n^2/(n+S) whole)
+    Kinv = {u: {int(w): Fraction(1, int(rng.choice([1, 2, 3, 4, 6])))
+                for w in np.flatnonzero(A[u])} for u in range(V)}
+    best = _brute_force_best(A, Kinv)
+    rank, clique, complete = _exact_clique_search(A, Kinv, 1, 10**6)
+    assert complete and rank == best
+    assert _root_bound(A, Kinv) >= best
+
+
+def test_upper_bound_is_the_best_over_every_clique_size():
+    from fractions import Fraction
+
+    from minip_learn.theory.bounds import integer_above
+    from minip_learn.theory.certify import _upper_bound
+
+    def above(q):
+        r = 0
+        while not r > q:
+            r += 1
+        return r
+
+    for e in (Fraction(1), Fraction(1, 2), Fraction(1, 3), Fraction(1, 5), Fraction(1, 9)):
+        largest_dominant = integer_above(1 / float(e), lambda e=e: 1 / e)
+        for n, extra in itertools.product(range(6), (0, Fraction(1, 4), Fraction(1, 2), 1,
+                                                     Fraction(3, 2), Fraction(7, 3))):
+            S = n * (n - 1) * e * e + extra
+            for n_max in range(n + 1, 12):
+                S_k = [S + (k * (k - 1) - n * (n - 1)) * e * e for k in range(n_max + 1)]
+                expected = max([n] + [
+                    k if (k - 1) * e <= 1 else min(k, above(Fraction(k * k) / (k + S_k[k])))
+                    for k in range(n, n_max + 1)
+                ])
+                got = _upper_bound(n, float(S), n_max, float(e), lambda S=S: S, e,
+                                   largest_dominant)
+                assert got == expected, (e, n, extra, n_max)
+
+
 def test_r6_search_is_exhaustive():
     rank, cert = certify(_r6(), return_certificate=True)
     assert rank == 17 and cert.exhaustive

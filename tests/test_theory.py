@@ -1,6 +1,7 @@
 """Tests of minip_learn.theory: exact constructions (R1-R3), bounds (R4, R5, R8), certify."""
 
 import itertools
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -16,8 +17,10 @@ from minip_learn.theory import (
     certify,
     chain_denominator,
     channel_capacity_bits,
+    design_rank,
     gap_domination_ratio,
     gap_mixture_weight,
+    greedy_constant_weight_code,
     hadamard_code,
     hadamard_matrix,
     hadamard_orders,
@@ -25,6 +28,15 @@ from minip_learn.theory import (
     product_code_bound,
     transcript_lower_bound,
     witness_bound,
+    witness_denominators,
+    witness_family,
+)
+from minip_learn.theory.bounds import (
+    denominator_sums,
+    integer_above,
+    rank_from_denominators,
+    rank_from_sums,
+    resolve_near_integer,
 )
 
 
@@ -189,6 +201,134 @@ def test_r5_unit_diagonal_small_offdiagonal_is_full_rank():
     B = np.eye(n) + rng.uniform(0, 1 / (n - 1), size=(n, n)) * ~np.eye(n, dtype=bool)
     assert np.linalg.matrix_rank(B) == n
     assert approximate_identity_rank_bound(n, Fraction(1, n - 1)) == n
+
+
+def _smallest_integer_above(q):
+    """The definition itself: the least integer r with r > q (q a Fraction)."""
+    r = math.floor(q) - 1
+    while not r > q:
+        r += 1
+    return r
+
+
+def _exact_r5(E):
+    """R5 from a Fraction matrix, straight from the statement (diagonal ignored)."""
+    n = len(E)
+    off = [(i, j) for i in range(n) for j in range(n) if i != j]
+    if n <= 1:
+        return 1
+    rows = [sum((E[i][j] for j in range(n) if j != i), Fraction(0)) for i in range(n)]
+    cols = [sum((E[i][j] for i in range(n) if i != j), Fraction(0)) for j in range(n)]
+    if max(rows) <= 1 or max(cols) <= 1:
+        return n
+    S = sum((E[i][j] ** 2 for i, j in off), Fraction(0))
+    return min(n, _smallest_integer_above(Fraction(n * n) / (n + S)))
+
+
+def _small_denominator_matrices():
+    """Every 2 x 2 matrix with denominators 1..12 and every 3 x 3 one with 1, 2, 3."""
+    for a, b in itertools.product(range(1, 13), repeat=2):
+        yield np.array([[1, a], [b, 1]])
+    for vals in itertools.product((1, 2, 3), repeat=6):
+        K = np.ones((3, 3), dtype=np.int64)
+        K[~np.eye(3, dtype=bool)] = vals
+        yield K
+
+
+def test_integer_above_is_the_smallest_integer_strictly_above():
+    for q in {Fraction(a, b) for a in range(-20, 60) for b in range(1, 13)}:
+        assert integer_above(q) == _smallest_integer_above(q)
+        # a float of q decides like q once the exact value is supplied
+        assert integer_above(float(q), lambda q=q: q) == _smallest_integer_above(q)
+    assert integer_above(3) == 4 and integer_above(Fraction(3)) == 4
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 17, 46, 1000, 123456])
+@pytest.mark.parametrize("offset", [-1e-12, -1e-13, 0.0, 1e-13, 1e-12])
+def test_floats_within_1e_12_of_an_integer_are_decided_exactly(k, offset):
+    v = k * (1 + offset)
+    assert resolve_near_integer(v, lambda: Fraction(k)) == k
+    assert integer_above(v, lambda: Fraction(k)) == k + 1
+    below = Fraction(k) - Fraction(1, 10**15)
+    assert integer_above(v, lambda: below) == k
+    assert integer_above(v, lambda: Fraction(k) + Fraction(1, 10**15)) == k + 1
+
+
+def test_floats_far_from_an_integer_decide_alone():
+    def never():
+        raise AssertionError("the exact value is not needed here")
+
+    for v in (2.5, 2.999, 3.001, 1e-6, -0.5, 46.0 * 25 / 70):
+        assert integer_above(v, never) == math.floor(v) + 1
+        assert resolve_near_integer(v, never) == v
+    assert resolve_near_integer(float("inf"), never) == float("inf")
+
+
+def test_r5_rank_functions_agree_with_exact_arithmetic_exhaustively():
+    for K in _small_denominator_matrices():
+        n = len(K)
+        E = [[Fraction(1, int(k)) for k in row] for row in K]
+        expected = _exact_r5(E)
+        rank, value, dominant = rank_from_denominators(K)
+        assert rank == expected and isinstance(value, Fraction)
+        exact = denominator_sums(K)
+        assert exact == (
+            sum((E[i][j] ** 2 for i in range(n) for j in range(n) if i != j), Fraction(0)),
+            max(sum((E[i][j] for j in range(n) if j != i), Fraction(0)) for i in range(n)),
+            max(sum((E[i][j] for i in range(n) if i != j), Fraction(0)) for j in range(n)),
+        )
+        # the float statistics, decided near an integer from the exact ones
+        F = 1.0 / K
+        np.fill_diagonal(F, 0.0)
+        assert rank_from_sums(
+            n, float((F * F).sum()), float(F.sum(1).max()), float(F.sum(0).max()),
+            exact_sum_sq=lambda x=exact: x[0], exact_max_row_sum=lambda x=exact: x[1],
+            exact_max_col_sum=lambda x=exact: x[2],
+        )[0] == expected
+        assert approximate_identity_rank_bound(n, np.array(E, dtype=object)) == expected
+
+
+def test_r5_quotients_that_are_exact_integers():
+    # n = 10, eps = 1/3: n^2 / (n + 90/9) = 5 exactly and no dominance, so r >= 6
+    S = 90 * Fraction(1, 9)
+    assert rank_from_sums(10, S, Fraction(3), Fraction(3)) == (6, Fraction(5), False)
+    assert approximate_identity_rank_bound(10, Fraction(1, 3)) == 6
+    assert rank_from_denominators(np.full((10, 10), 3))[0] == 6
+    # n = 36, eps = 1/5: the quotient is 15 exactly, 14.999... in floats (alone: 15)
+    S = 36 * 35 * Fraction(1, 25)
+    assert Fraction(36 * 36) / (36 + S) == 15
+    s_float = 36 * 35 * (1 / 5) ** 2
+    assert 36 * 36 / (36 + s_float) < 15
+    assert rank_from_sums(36, s_float, 7.0, exact_sum_sq=lambda: S)[0] == 16
+    assert approximate_identity_rank_bound(36, Fraction(1, 5)) == 16
+    # without exact values the float statistic is read as the binary number it is
+    assert rank_from_sums(36, s_float, 7.0)[0] == 15
+    # every uniform eps = 1/K up to n = 40: integer quotients included
+    hits = 0
+    for n in range(2, 41):
+        for K in range(1, 13):
+            e = Fraction(1, K)
+            q = Fraction(n * n) / (n + n * (n - 1) * e * e)
+            hits += q.denominator == 1 and (n - 1) * e > 1
+            expected = n if (n - 1) * e <= 1 else min(n, _smallest_integer_above(q))
+            assert approximate_identity_rank_bound(n, e) == expected
+            assert rank_from_denominators(np.full((n, n), K))[0] == expected
+            f = 1.0 / K
+            assert rank_from_sums(
+                n, n * (n - 1) * f * f, (n - 1) * f,
+                exact_sum_sq=lambda n=n, e=e: n * (n - 1) * e * e,
+                exact_max_row_sum=lambda n=n, e=e: (n - 1) * e,
+            )[0] == expected
+    assert hits >= 5
+
+
+def test_design_rank_counts_an_integer_quotient_as_exceeded():
+    # pruning keeps 5 of these 10 queries, whose quotient n^2 / (n + S) is exactly 3:
+    # the design bound is 4, what certify recomputes from the family
+    words = greedy_constant_weight_code(12, 6, 2, max_words=60, random_state=0)[:10]
+    K, _, _ = witness_denominators(words, 3)
+    assert design_rank(K) == 4
+    assert certify(witness_family(words, 3)) == 4
 
 
 # --------------------------------------------------------------------------- R8

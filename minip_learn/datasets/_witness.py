@@ -235,6 +235,30 @@ def make_witness_suite(
     >>> len(small.X), small.certified_min_rank
     (190, 8)
     """
+    n_bits, seq_len, max_sequences, n_queries, ladder_gap, rng = _check_suite_params(
+        n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap, random_state)
+    # the candidate designs are not kept: the other codes' matrices can be large
+    design_bound, d, n = _choose_design(
+        _candidate_designs(n_bits, seq_len, construction, max_sequences, ladder_gap, rng),
+        construction, n_bits, seq_len, max_sequences, n_queries)
+    words = d.words[:n]
+    steps = d.steps[:n, :n]
+    X = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps)
+    if rng is not None:
+        X = X[rng.permutation(len(X))]
+    rank, cert = certify(X, return_certificate=True)
+    params = dict(
+        n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
+        n_queries=int(n), ladder_gap=d.ladder_gap,
+        ladder_steps=int(steps.max(initial=0)), max_sequences=max_sequences,
+        random_state=seed_param(random_state),
+    )
+    return _suite_bunch(X, d, n, words, rank, cert, design_bound, params)
+
+
+def _check_suite_params(n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap,
+                        random_state):
+    """Validated arguments of :func:`make_witness_suite`, and its random state (or None)."""
     n_bits = check_int(n_bits, "n_bits", min_value=8)
     seq_len = check_int(seq_len, "seq_len", min_value=3)
     if not isinstance(construction, str) or construction not in CONSTRUCTIONS:
@@ -244,7 +268,11 @@ def make_witness_suite(
     if not (ladder_gap is None or ladder_gap == "auto"):
         ladder_gap = check_int(ladder_gap, "ladder_gap", min_value=2)
     rng = None if random_state is None else check_random_state(random_state)
+    return n_bits, seq_len, max_sequences, n_queries, ladder_gap, rng
 
+
+def _candidate_designs(n_bits, seq_len, construction, max_sequences, ladder_gap, rng):
+    """The designs ``construction`` draws from (each with every ladder gap tried)."""
     designs = []
     if construction in ("auto", "hadamard", "small"):
         designs += _hadamard_designs(n_bits, seq_len, ladder_gap, False, rng)
@@ -261,7 +289,16 @@ def make_witness_suite(
             f"no {construction!r} witness design exists for n_bits={n_bits}, "
             f"seq_len={seq_len} (queries need overlap distance >= 2)."
         )
+    return designs
 
+
+def _choose_design(designs, construction, n_bits, seq_len, max_sequences, n_queries):
+    """The design and number of queries of the suite, with its design bound.
+
+    Returns ``(design_bound, design, n)``: for ``"small"`` the fewest queries reaching
+    ``SMALL_TARGET``, otherwise the highest design bound that fits ``max_sequences``
+    (ties: the smaller family, then ladders before single steps).
+    """
     candidates = []
     for d in designs:
         n_max = len(d.words)
@@ -288,21 +325,12 @@ def make_witness_suite(
         design_bound, _, _, d, n = candidates[0]
     else:
         design_bound, _, _, d, n = max(candidates, key=lambda c: c[:3])
+    return design_bound, d, n
 
-    words = d.words[:n]
-    steps = d.steps[:n, :n]
-    del designs, candidates                 # the other designs' matrices (large codes)
-    X = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps)
-    if rng is not None:
-        X = X[rng.permutation(len(X))]
-    rank, cert = certify(X, return_certificate=True)
+
+def _suite_bunch(X, d, n, words, rank, cert, design_bound, params):
+    """The :class:`~sklearn.utils.Bunch` returned by :func:`make_witness_suite`."""
     tokens = cert.tokens   # the distinct tokens, np.unique order
-    params = dict(
-        n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
-        n_queries=int(n), ladder_gap=d.ladder_gap,
-        ladder_steps=int(steps.max(initial=0)), max_sequences=max_sequences,
-        random_state=seed_param(random_state),
-    )
     off = ~np.eye(n, dtype=bool)
     return Bunch(
         X=X,
@@ -317,8 +345,8 @@ def make_witness_suite(
         construction=d.name,
         params=params,
         DESCR=_DESCR.format(
-            construction=d.name, n_sequences=len(X), seq_len=seq_len, n_tokens=len(tokens),
-            n_bits=n_bits, code=d.code_desc, n_queries=n,
+            construction=d.name, n_sequences=len(X), seq_len=params["seq_len"],
+            n_tokens=len(tokens), n_bits=params["n_bits"], code=d.code_desc, n_queries=n,
             min_distance=int(d.dist[:n, :n][off].min()) if n > 1 else 0,
             ladder_gap=d.ladder_gap, ladder_steps=params["ladder_steps"],
             certified_min_rank=int(rank), design_bound=int(design_bound),

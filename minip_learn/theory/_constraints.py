@@ -20,7 +20,7 @@ from collections import Counter
 
 import numpy as np
 
-__all__ = ["Constraints", "Reach", "constraints", "constraints_reference", "reach",
+__all__ = ["Constraints", "Reach", "constraints", "constraints_reference", "isin", "reach",
            "reach_reference"]
 
 
@@ -123,7 +123,7 @@ def _finish(tokens, N, triples, s1=None):
     x, y, z = triples.T
     if s1 is not None:
         s1 = np.unique(s1)
-        has = (_isin(x * T + y, s1)) & (_isin(x * T + z, s1))
+        has = (isin(x * T + y, s1)) & (isin(x * T + z, s1))
         x, y, z = x[has], y[has], z[has]
     words = pack_tokens(tokens)
     gap = overlap_words(words, x, z) - overlap_words(words, x, y)
@@ -137,7 +137,8 @@ def _finish(tokens, N, triples, s1=None):
     return Constraints(tokens, N, x, y, z, (N - 2) * (gap - 1), gap)
 
 
-def _isin(values, sorted_unique):
+def isin(values, sorted_unique):
+    """Whether each of ``values`` occurs in the sorted, duplicate-free ``sorted_unique``."""
     if not len(sorted_unique):
         return np.zeros(len(values), dtype=bool)
     pos = np.searchsorted(sorted_unique, values)
@@ -218,7 +219,7 @@ def constraints(X):
                 ok = match(req)
                 x, y, z = u[ok, p], u[ok, q], u[ok, r]
                 # only triples whose S1(x, y) and S1(x, z) are present are kept
-                has = _isin(x * T + y, s1) & _isin(x * T + z, s1)
+                has = isin(x * T + y, s1) & isin(x * T + z, s1)
                 triples.append(np.stack([x[has], y[has], z[has]], axis=1))
     del u
     by_sig.clear()

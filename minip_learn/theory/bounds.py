@@ -1,13 +1,22 @@
 """Closed-form statements of :ref:`theory-r4`, :ref:`theory-r5` and :ref:`theory-r8` (numpy only).
 
-Every bound here is computed in exact rational arithmetic (:class:`fractions.Fraction`)
-wherever an integer is certified, so that rounding can never claim one unit of rank
-more than the mathematics proves. Floats given by the user are converted exactly (a
-binary float is a rational number), which is conservative for the bounds below.
+An integer bound is the smallest integer strictly greater than a real number
+(:func:`integer_above`), and every comparison of a real number with an integer is
+decided by one rule (:func:`resolve_near_integer`): exact numbers
+(:class:`fractions.Fraction`, integers) as they are; a float as it is when it lies
+further than ``INTEGER_TOLERANCE`` (relative) from every integer; otherwise by the
+exact rational value, computed from the exact ratio bounds where they are known
+(every ``eps = 1/K`` of the library has an integer ``K``). Rounding can therefore
+never claim one unit of rank more than the mathematics proves. Floats given by the
+user are read exactly (a binary float is a rational number), which is conservative for
+the bounds below.
 
 * :func:`gap_domination_ratio` -- R4, ``eps(N, g) = 1 / ((N-2)(g-1))``.
 * :func:`gap_mixture_weight` -- R4, the weight of S2's output in S3's output.
 * :func:`approximate_identity_rank_bound` -- R5, scalar or per-pair ``eps``.
+* :func:`rank_from_sums` and :func:`rank_from_denominators` -- R5, the rank every
+  certificate and design computes, from summary statistics or integer denominators
+  (:func:`denominator_sums`).
 * :func:`transcript_lower_bound` and :func:`channel_capacity_bits` -- R8.
 """
 
@@ -20,11 +29,17 @@ import numpy as np
 from .._validation import check_int
 
 __all__ = [
+    "INTEGER_TOLERANCE",
     "approximate_identity_rank_bound",
     "channel_capacity_bits",
+    "denominator_sums",
     "gap_domination_ratio",
     "gap_denominator",
     "gap_mixture_weight",
+    "integer_above",
+    "rank_from_denominators",
+    "rank_from_sums",
+    "resolve_near_integer",
     "transcript_lower_bound",
 ]
 
@@ -177,32 +192,179 @@ def _as_fraction(value, name):
     return f
 
 
-def _rank_from_sums(n, sum_sq, max_row_sum, max_col_sum=None):
-    """Certified minimum rank from exact summary statistics of an eps matrix.
+#: relative distance to the nearest integer within which a float is decided exactly
+#: (:func:`resolve_near_integer`)
+INTEGER_TOLERANCE = 1e-9
+
+
+def resolve_near_integer(value, exact=None):
+    """``value`` as a number whose comparison with any integer is decided correctly.
+
+    This is the one rule by which the library decides a real number against an
+    integer (``floor``, ``<= 1``): a :class:`fractions.Fraction` or an integer is
+    exact and is returned as it is; a float further than
+    ``INTEGER_TOLERANCE * max(1, |value|)`` from the nearest integer is returned as it
+    is (the rounding error of the float computations here is orders of magnitude
+    smaller, so the float lies on the same side of every integer as the real number it
+    approximates); a float within that distance cannot tell, and the exact rational
+    number decides: ``exact()`` where the caller can compute it from the exact ratio
+    bounds, otherwise the float itself read as the binary rational it is.
+
+    Parameters
+    ----------
+    value : float, int or Fraction
+        The real number, possibly computed in floating point.
+    exact : callable or None, default=None
+        Called without arguments only when ``value`` is a float near an integer;
+        returns the exact value (a Fraction or an integer).
+
+    Returns
+    -------
+    value : float, int or Fraction
+        ``value`` itself, or the exact value as a Fraction.
+
+    Examples
+    --------
+    >>> from fractions import Fraction
+    >>> from minip_learn.theory.bounds import resolve_near_integer
+    >>> resolve_near_integer(2.5)
+    2.5
+    >>> resolve_near_integer(14.999999999999998, exact=lambda: Fraction(15))
+    Fraction(15, 1)
+    """
+    if not isinstance(value, float):
+        if isinstance(value, (Fraction, int, numbers.Integral)):
+            return value
+        value = float(value)
+    if not math.isfinite(value):
+        return value
+    if abs(value - round(value)) > INTEGER_TOLERANCE * max(1.0, abs(value)):
+        return value
+    return Fraction(value) if exact is None else Fraction(exact())
+
+
+def integer_above(value, exact=None):
+    """Smallest integer strictly greater than a real number: ``floor(value) + 1``.
+
+    A strict bound ``r > value`` on an integer ``r`` certifies exactly this integer.
+    The floor is taken on :func:`resolve_near_integer` of ``value``, so a float
+    within ``INTEGER_TOLERANCE`` of an integer is decided in exact arithmetic.
+
+    Parameters
+    ----------
+    value : float, int or Fraction
+        The real number.
+    exact : callable or None, default=None
+        Returns the exact value of ``value`` (see :func:`resolve_near_integer`).
+
+    Returns
+    -------
+    k : int
+
+    Examples
+    --------
+    >>> from fractions import Fraction
+    >>> from minip_learn.theory.bounds import integer_above
+    >>> integer_above(Fraction(46 * 25, 70)), integer_above(3), integer_above(2.9999)
+    (17, 4, 3)
+
+    R5 at ``n = 36``, ``eps = 1/5``: the quotient is 15 exactly, a little less in floats.
+
+    >>> q = 36 * 36 / (36 + 36 * 35 * (1 / 5) ** 2)
+    >>> q
+    14.999999999999998
+    >>> integer_above(q, exact=lambda: Fraction(36 * 36) / (36 + Fraction(36 * 35, 25)))
+    16
+    """
+    return math.floor(resolve_near_integer(value, exact)) + 1
+
+
+def rank_from_sums(n, sum_sq, max_row_sum=None, max_col_sum=None, *, exact_sum_sq=None,
+                   exact_max_row_sum=None, exact_max_col_sum=None):
+    """Certified minimum rank from the summary statistics of an eps matrix (:ref:`theory-r5`).
 
     ``B`` is ``n x n`` with unit diagonal and ``0 <= B_ij < eps_ij`` off the diagonal.
-    ``sum_sq = sum_{i != j} eps_ij^2``; ``max_row_sum``/``max_col_sum`` are the largest
-    off-diagonal row/column sums of ``eps``. Returns ``(rank, frobenius_value,
-    diagonally_dominant)``: ``rank(B) >= tr(B)^2/||B||_F^2 > n^2/(n + sum_sq)``
-    (Schur + Cauchy-Schwarz; strict because every off-diagonal entry is strictly below
-    its bound), and ``rank(B) = n`` when a row (or column) sum of ``eps`` is at most 1
-    in every row (column), by strict diagonal dominance.
+    ``rank(B) >= tr(B)^2 / ||B||_F^2 > n^2 / (n + sum_sq)`` (Schur and Cauchy-Schwarz;
+    strict because every off-diagonal entry is strictly below its bound), so the rank
+    is at least ``integer_above(n^2 / (n + sum_sq))``, capped at ``n``; and
+    ``rank(B) = n`` when every row (or every column) of ``eps`` sums to at most 1 off
+    the diagonal (strict diagonal dominance). Every comparison with an integer goes
+    through :func:`resolve_near_integer`.
+
+    Parameters
+    ----------
+    n : int
+        Size of ``B``.
+    sum_sq : float or Fraction
+        ``sum_{i != j} eps_ij^2``.
+    max_row_sum, max_col_sum : float, Fraction or None, default=None
+        Largest off-diagonal row and column sums of ``eps``; None skips that
+        dominance test.
+    exact_sum_sq, exact_max_row_sum, exact_max_col_sum : callable or None, default=None
+        Return the statistic exactly (a Fraction), for float statistics; each is
+        called only when a decision that uses it lies near an integer. Default: the
+        statistic as given, read as an exact rational.
+
+    Returns
+    -------
+    rank : int
+        The certified minimum rank.
+    value : float or Fraction
+        ``n^2 / (n + sum_sq)`` (a Fraction when ``sum_sq`` is exact; 1 for ``n <= 1``).
+    dominant : bool
+        Whether the dominance test gave rank ``n``.
+
+    Examples
+    --------
+    The R6 family (:ref:`theory-r6`): 46 queries, every ``eps_ij = 1/5``:
+
+    >>> from fractions import Fraction
+    >>> from minip_learn.theory.bounds import rank_from_sums
+    >>> rank_from_sums(46, 46 * 45 * Fraction(1, 25), Fraction(45, 5))
+    (17, Fraction(115, 7), False)
+    >>> rank_from_sums(6, 6 * 5 * Fraction(1, 25), Fraction(1))[0]   # row sums 1: rank n
+    6
+    >>> rank_from_sums(4, 4 * 3 * (1 / 3) ** 2, 3 * (1 / 3))   # floats: eps_ij = 1/3
+    (4, 3.0, True)
     """
     if n <= 1:
         return max(n, 1), Fraction(max(n, 1)), True
-    value = Fraction(n * n) / (n + sum_sq)
-    rank = min(n, math.floor(value) + 1)
-    dominant = max_row_sum <= 1 or (max_col_sum is not None and max_col_sum <= 1)
-    if dominant:
-        rank = n
-    return rank, value, dominant
+    if isinstance(sum_sq, float) or not isinstance(sum_sq, (Fraction, numbers.Integral)):
+        value = n * n / (n + sum_sq)
+    else:
+        value = Fraction(n * n) / (n + sum_sq)
+    for s, f in ((max_row_sum, exact_max_row_sum), (max_col_sum, exact_max_col_sum)):
+        if s is not None and resolve_near_integer(s, f or (lambda s=s: Fraction(s))) <= 1:
+            return n, value, True
+    exact = exact_sum_sq or (lambda: Fraction(sum_sq))
+    rank = integer_above(value, lambda: Fraction(n * n) / (n + exact()))
+    return min(n, rank), value, False
 
 
-def _sums_from_denominators(K):
+def denominator_sums(K):
     """Exact ``(sum_sq, max_row_sum, max_col_sum)`` of ``eps = 1/K`` (diagonal ignored).
 
-    ``K`` is an integer (object or int64) matrix; entries ``<= 0`` are not allowed off
-    the diagonal.
+    Parameters
+    ----------
+    K : array-like of shape (n, n)
+        Integer denominators (object or integer dtype), ``>= 1`` off the diagonal.
+
+    Returns
+    -------
+    sum_sq, max_row_sum, max_col_sum : Fraction
+        The statistics :func:`rank_from_sums` takes.
+
+    Raises
+    ------
+    ValueError
+        If an off-diagonal denominator is below 1.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.theory.bounds import denominator_sums
+    >>> denominator_sums(np.array([[1, 2, 4], [2, 1, 2], [4, 4, 1]]))
+    (Fraction(15, 16), Fraction(1, 1), Fraction(3, 4))
     """
     K = np.asarray(K)
     n = K.shape[0]
@@ -219,7 +381,7 @@ def _sums_from_denominators(K):
     uniq, counts = np.unique(vals, return_counts=True)
     sum_sq = sum((Fraction(int(c), int(k) ** 2) for k, c in zip(uniq, counts)), Fraction(0))
 
-    def _max_sum(M):
+    def max_sum(M):
         # per-row counts of each distinct value; distinct count rows summed exactly
         if not len(uniq):
             return Fraction(0)
@@ -230,15 +392,39 @@ def _sums_from_denominators(K):
         return max(sum((int(c) * f for c, f in zip(row, inv) if c), Fraction(0))
                    for row in np.unique(counts, axis=0))
 
-    return sum_sq, _max_sum(K), _max_sum(K.T)
+    return sum_sq, max_sum(K), max_sum(K.T)
 
 
-def _rank_from_denominators(K):
-    """Certified rank of an ``n x n`` integer denominator matrix (``eps_ij = 1/K_ij``)."""
+def rank_from_denominators(K):
+    """Certified minimum rank of an integer denominator matrix (``eps_ij = 1/K_ij``).
+
+    :func:`rank_from_sums` on the exact :func:`denominator_sums` of ``K``.
+
+    Parameters
+    ----------
+    K : array-like of shape (n, n)
+        Integer denominators, ``>= 1`` off the diagonal (the diagonal is ignored).
+
+    Returns
+    -------
+    rank : int
+    value : Fraction
+        ``n^2 / (n + sum_{i != j} 1/K_ij^2)``.
+    dominant : bool
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.theory.bounds import rank_from_denominators
+    >>> rank_from_denominators(np.full((46, 46), 5))[0]
+    17
+    >>> rank_from_denominators(np.full((4, 4), 3))   # rows sum to exactly 1
+    (4, Fraction(3, 1), True)
+    """
     n = len(K)
     if n <= 1:
-        return _rank_from_sums(n, Fraction(0), Fraction(0))
-    return _rank_from_sums(n, *_sums_from_denominators(K))
+        return rank_from_sums(n, Fraction(0), Fraction(0))
+    return rank_from_sums(n, *denominator_sums(K))
 
 
 def approximate_identity_rank_bound(n, eps, *, return_value=False):
@@ -301,7 +487,7 @@ def approximate_identity_rank_bound(n, eps, *, return_value=False):
         if n == 1:
             rank, value = 1, Fraction(1)
         else:
-            rank, value, _ = _rank_from_sums(n, n * (n - 1) * e * e, (n - 1) * e, (n - 1) * e)
+            rank, value, _ = rank_from_sums(n, n * (n - 1) * e * e, (n - 1) * e, (n - 1) * e)
     else:
         E = np.asarray(eps, dtype=object)
         if E.shape != (n, n):
@@ -311,7 +497,7 @@ def approximate_identity_rank_bound(n, eps, *, return_value=False):
         sum_sq = sum((F[i][j] ** 2 for i in range(n) for j in range(n)), Fraction(0))
         row = max(sum(F[i], Fraction(0)) for i in range(n))
         col = max(sum((F[i][j] for i in range(n)), Fraction(0)) for j in range(n))
-        rank, value, _ = _rank_from_sums(n, sum_sq, row, col)
+        rank, value, _ = rank_from_sums(n, sum_sq, row, col)
     return (rank, value) if return_value else rank
 
 

@@ -23,14 +23,19 @@ lower bound on the rank of every nonnegative kernel head that solves the whole f
    candidate set is small -- each followed by dropping rows while that improves the
    bound, and the best certificate wins.
 4. **Rank (R5).** The per-pair bound ``r > n^2 / (n + sum eps_ij^2)`` (and ``r >= n``
-   under diagonal dominance) in exact rational arithmetic.
+   under diagonal dominance): :func:`~minip_learn.theory.bounds.rank_from_denominators`
+   for the certificate, :func:`~minip_learn.theory.bounds.rank_from_sums` for every
+   estimate and search bound.
 
-Every ratio bound is ``1/K`` with an integer ``K`` (products of ``(N-2)(g-1)``), so no
-floating-point rounding enters the certified integer. A certificate can be written to
+Every ratio bound is ``1/K`` with an integer ``K`` (products of ``(N-2)(g-1)``): the
+certified integer is computed in exact rational arithmetic, and the floats that steer
+the searches are decided near an integer from these exact values
+(:func:`~minip_learn.theory.bounds.resolve_near_integer`). A certificate can be written to
 JSON (:meth:`Certificate.to_json`) and checked by
 :func:`~minip_learn.theory.verify_certificate`, which shares no code with this module.
 """
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -39,8 +44,9 @@ from fractions import Fraction
 import numpy as np
 
 from .._validation import check_sequences
-from . import _constraints
-from .bounds import _rank_from_denominators
+from ._constraints import constraints, constraints_reference, isin, reach, reach_reference
+from ._selection import prune_rows, reciprocal, reciprocals
+from .bounds import integer_above, rank_from_denominators, rank_from_sums, resolve_near_integer
 
 __all__ = ["Certificate", "certify", "family_constraints"]
 
@@ -265,7 +271,7 @@ class Certificate:
             K = np.ones((n, n), dtype=object)
             for i, row in enumerate(doc["eps_denominators"]):
                 K[i, :] = [int(k) for k in row]
-            eps = np.array([[_inv(k) for k in row] for row in K]).reshape(n, n)
+            eps = np.array([[reciprocal(k) for k in row] for row in K]).reshape(n, n)
             if n:
                 np.fill_diagonal(eps, 1.0)
             num, den = str(doc["frobenius_value"]).split("/")
@@ -333,7 +339,7 @@ def family_constraints(X):
     [(0, 2, 1)]
     """
     X, _ = check_sequences(X, binary=True)
-    cons = _constraints.constraints(X)
+    cons = constraints(X)
     edges = {}
     for x, y, z, K in zip(cons.x.tolist(), cons.y.tolist(), cons.z.tolist(), cons.K.tolist()):
         edges.setdefault(x, []).append((y, z, K))
@@ -343,22 +349,6 @@ def family_constraints(X):
         return int(T[a] @ T[b])
 
     return cons.tokens, edges, overlap
-
-
-def _inv(k):
-    """``1/k`` as a float, 0.0 beyond the float range (never raises on huge ints)."""
-    k = int(k)
-    return 0.0 if k.bit_length() > 1000 else 1.0 / k
-
-
-def _inv_array(K):
-    K = np.asarray(K)
-    if K.dtype == object:
-        try:
-            K = K.astype(np.int64)
-        except OverflowError:
-            return np.array([_inv(k) for k in K.ravel()], dtype=np.float64).reshape(K.shape)
-    return 1.0 / K.astype(np.float64)
 
 
 # --------------------------------------------------------------------------- candidates
@@ -399,7 +389,7 @@ class _Graph:
         half = u * np.int64(V) + w
         order = np.argsort(half, kind="stable")
         half, K = half[order], K[order]
-        both = _constraints._isin(w[order] * np.int64(V) + u[order], half)
+        both = isin(w[order] * np.int64(V) + u[order], half)
         del u, w, order
         self.half, self.K = half[both], K[both]
         self.degree = np.bincount(self.half // V, minlength=V)
@@ -425,48 +415,6 @@ class _Graph:
         A = np.zeros((len(keep), len(keep)), dtype=bool)
         A[u[ok], w[ok]] = True
         return A
-
-
-def _estimate(n, E2sum, rowmax):
-    if n <= 1:
-        return n
-    if rowmax <= 1 - 1e-9:
-        return n
-    return min(n, math.floor(n * n / (n + E2sum) * (1 - 1e-12)) + 1)
-
-
-def _prune(K):
-    """Drop rows/columns while that improves the bound; returns the kept indices."""
-    n = len(K)
-    if n <= 2:
-        return list(range(n))
-    E = _inv_array(K)
-    np.fill_diagonal(E, 0.0)
-    E2 = E * E
-    rows, cols = E2.sum(axis=1), E2.sum(axis=0)
-    alive = np.ones(n, dtype=bool)
-    S = float(E2.sum())
-    best = (_estimate(n, S, E.sum(axis=1).max()), n)
-    dropped = []
-    m = n
-    while m > 2:
-        drop = S - rows - cols
-        values = np.where(alive, (m - 1) ** 2 / (m - 1 + drop), -np.inf)
-        i = int(np.argmax(values))
-        if not values[i] > m * m / (m + S) * (1 + 1e-12):
-            break
-        alive[i] = False
-        dropped.append(i)
-        S = float(drop[i])
-        rows -= E2[:, i]
-        cols -= E2[i, :]
-        m -= 1
-        est = _estimate(m, S, np.inf)
-        if est > best[0]:
-            best = (est, m)
-    keep_n = best[1]
-    gone = set(dropped[: n - keep_n])
-    return [i for i in range(n) if i not in gone]
 
 
 def _greedy_degree(A, priority_rank, allowed=None):
@@ -495,37 +443,51 @@ def _greedy_order(A, order):
     return chosen
 
 
+def _exact_sum(values):
+    """Exact sum of Fractions, over their least common denominator."""
+    values = list(values)
+    if not values:
+        return Fraction(0)
+    L = math.lcm(*(v.denominator for v in values))
+    return Fraction(sum(v.numerator * (L // v.denominator) for v in values), L)
+
+
+def _clique_sum_sq(C, Kinv):
+    """Exact ``sum eps_uv^2`` over the ordered pairs of the clique ``C``."""
+    return _exact_sum(Kinv[u][v] ** 2 for u in C for v in C if u != v)
+
+
+def _clique_max_row_sum(C, Kinv):
+    return max((_exact_sum(Kinv[u][v] for v in C if v != u) for u in C), default=Fraction(0))
+
+
+def _clique_max_col_sum(C, Kinv):
+    return max((_exact_sum(Kinv[u][v] for u in C if u != v) for v in C), default=Fraction(0))
+
+
 def _exact_rank(C, Kinv):
-    n = len(C)
-    if n < 2:
-        return 1
-    S = Fraction(0)
-    rows, cols = [Fraction(0)] * n, [Fraction(0)] * n
-    for a, u in enumerate(C):
-        for b, v in enumerate(C):
-            if a != b:
-                e = Kinv[u][v]
-                S += e * e
-                rows[a] += e
-                cols[b] += e
-    if max(rows) <= 1 or max(cols) <= 1:
-        return n
-    return min(n, math.floor(Fraction(n * n) / (n + S)) + 1)
+    return rank_from_sums(len(C), _clique_sum_sq(C, Kinv), _clique_max_row_sum(C, Kinv),
+                          _clique_max_col_sum(C, Kinv))[0]
 
 
-def _upper_bound(n, S, n_max, e_min):
+def _upper_bound(n, S, n_max, e_min, exact_sum_sq, exact_e_min, largest_dominant):
     """Largest rank any clique of ``n..n_max`` members could certify.
 
     Every pair added to a clique of ``n`` members (sum of squared bounds ``S``) adds
-    at least ``e_min^2``; dominance can give ``n'`` only while ``(n'-1) e_min <= 1``.
+    at least ``e_min^2``, so a clique of ``k`` members has ``S_k >= S + (k(k-1) -
+    n(n-1)) e_min^2``; ``k^2 / (k + S_k)`` grows with ``k`` (``S >= n(n-1) e_min^2``),
+    so the Frobenius bound is largest at ``n_max``. Dominance can give ``k`` only while
+    ``(k-1) e_min <= 1``, i.e. up to ``largest_dominant = integer_above(1 / e_min)``.
+    ``exact_sum_sq()`` and ``exact_e_min`` are ``S`` and ``e_min`` as Fractions.
     """
-    best = n
-    for k in range(n, n_max + 1):
-        if (k - 1) * e_min <= 1:
-            best = max(best, k)
-            continue
-        S_k = S + (k * (k - 1) - n * (n - 1)) * e_min * e_min
-        best = max(best, min(k, math.floor(k * k / (k + S_k) * (1 + 1e-9)) + 1))
+    added = n_max * (n_max - 1) - n * (n - 1)
+    best = max(n, rank_from_sums(
+        n_max, S + added * e_min * e_min, (n_max - 1) * e_min,
+        exact_sum_sq=lambda: exact_sum_sq() + added * exact_e_min ** 2,
+        exact_max_row_sum=lambda: (n_max - 1) * exact_e_min,
+    )[0])
+    if best < n_max and largest_dominant >= n:   # n_max members are not dominant
+        best = max(best, min(largest_dominant, n_max))
     return best
 
 
@@ -536,8 +498,8 @@ def _root_bound(A, Kinv):
     add at least the ``k - 1`` smallest ``e_uw^2 + e_wu^2`` over its neighbours to
     ``2 S``, so ``S`` is at least half the sum of the ``k`` smallest such member
     totals. Dominance (rank ``k``) needs ``k`` members whose ``k - 1`` smallest row
-    (or column) entries sum to at most 1. Floats with a margin that only raises the
-    bound.
+    (or column) entries sum to at most 1. Floats, decided near an integer from the
+    same sums in exact arithmetic.
     """
     V = len(A)
     E = np.zeros((V, V))
@@ -547,20 +509,58 @@ def _root_bound(A, Kinv):
     inf = np.inf
     pair = np.where(A, E * E + E.T * E.T, inf)
     pair_sums = np.cumsum(np.sort(pair, axis=1), axis=1)   # [u, k-2]: k-1 smallest
-    row_sums = np.cumsum(np.sort(np.where(A, E, inf), axis=1), axis=1)
-    col_sums = np.cumsum(np.sort(np.where(A, E.T, inf), axis=1), axis=1)
+    sums = {"row": np.cumsum(np.sort(np.where(A, E, inf), axis=1), axis=1),
+            "col": np.cumsum(np.sort(np.where(A, E.T, inf), axis=1), axis=1)}
+    exact_sums = _MemberSums(A, Kinv)
     best = 1 if V else 0
     for k in range(2, V + 1):
         h = np.sort(pair_sums[:, k - 2])[:k]
         if not np.isfinite(h[-1]):
             break                            # fewer than k members of degree >= k - 1
-        if ((row_sums[:, k - 2] <= 1 + 1e-9).sum() >= k
-                or (col_sums[:, k - 2] <= 1 + 1e-9).sum() >= k):
+        if any(
+            sum(resolve_near_integer(v, lambda u=u, kind=kind, k=k: exact_sums.prefix(kind, u, k))
+                <= 1 for u, v in enumerate(sums[kind][:, k - 2])) >= k
+            for kind in ("row", "col")
+        ):
             best = max(best, k)
             continue
-        S = h.sum() / 2 * (1 - 1e-9)
-        best = max(best, min(k, math.floor(k * k / (k + S) * (1 + 1e-9)) + 1))
+        best = max(best, rank_from_sums(
+            k, h.sum() / 2, exact_sum_sq=lambda k=k: exact_sums.pair_bound(k))[0])
     return best
+
+
+class _MemberSums:
+    """Exact sums of the ``k - 1`` smallest bounds of each member, computed on demand."""
+
+    def __init__(self, A, Kinv):
+        self.A, self.Kinv = A, Kinv
+        self.cache = {}
+
+    def prefixes(self, kind, u):
+        """Running sums of the sorted ``row``, ``col`` or ``pair`` bounds of ``u``."""
+        key = (kind, u)
+        if key not in self.cache:
+            Kinv = self.Kinv
+            nb = np.flatnonzero(self.A[u]).tolist()
+            if kind == "row":
+                vals = [Kinv[u][w] for w in nb]
+            elif kind == "col":
+                vals = [Kinv[w][u] for w in nb]
+            else:
+                vals = [Kinv[u][w] ** 2 + Kinv[w][u] ** 2 for w in nb]
+            self.cache[key] = list(itertools.accumulate(sorted(vals)))
+        return self.cache[key]
+
+    def prefix(self, kind, u, k):
+        """Sum of the ``k - 1`` smallest bounds of ``u`` (None: fewer neighbours)."""
+        run = self.prefixes(kind, u)
+        return run[k - 2] if len(run) >= k - 1 else None
+
+    def pair_bound(self, k):
+        """Half the sum of the ``k`` smallest member totals: the lower bound on ``S``."""
+        totals = sorted(t for t in (self.prefix("pair", u, k) for u in range(len(self.A)))
+                        if t is not None)
+        return sum(totals[:k], Fraction(0)) / 2
 
 
 def _clique_cover_bound(P, nbr):
@@ -583,25 +583,40 @@ def _clique_cover_bound(P, nbr):
 def _exact_clique_search(A, Kinv, start_rank, max_nodes):
     """Branch and bound over all cliques of ``A``.
 
-    ``Kinv[u][w]`` is ``Fraction(1, K_uw)``. Floats steer the search with a margin;
-    every improvement is confirmed in exact arithmetic. Returns
-    ``(rank, clique or None, complete)``.
+    ``Kinv[u][w]`` is ``Fraction(1, K_uw)``. The sums of a clique are kept exactly, as
+    integers over a common denominator ``L``; the search is steered by their floats,
+    decided in exact arithmetic near an integer, and every improvement is confirmed
+    in exact arithmetic. Returns ``(rank, clique or None, complete)``.
     """
     V = len(A)
     nbr = [sum(1 << int(w) for w in np.flatnonzero(A[u])) for u in range(V)]
-    Kf = {u: {w: float(e) for w, e in Kinv[u].items()} for u in Kinv}
-    e_min = min((e for u in Kf for e in Kf[u].values()), default=0.0)
+    e_min_exact = min((e for u in Kinv for e in Kinv[u].values()), default=Fraction(0))
+    e_min = float(e_min_exact)
+    # the largest clique size that dominance alone could certify: (k-1) e_min <= 1
+    largest_dominant = integer_above(1 / e_min, lambda: 1 / e_min_exact) if e_min else V
+    L = math.lcm(*(e.denominator for u in Kinv for e in Kinv[u].values()))
+    L2 = L * L
+    Ki = {u: {w: e.numerator * (L // e.denominator) for w, e in Kinv[u].items()}
+          for u in Kinv}                 # Kinv[u][w] == Ki[u][w] / L
     best = [start_rank, None]
     nodes = [0]
 
-    def rec(C, P, S, rows, cols):
+    def rec(C, P, S_i, rows_i, cols_i):
+        # S_i, rows_i, cols_i: sum of squared bounds, row and column sums of the clique,
+        # exactly, times L^2, L and L
         nodes[0] += 1
         n = len(C)
-        if n >= 2:
-            if max(rows) <= 1 + 1e-9 or max(cols) <= 1 + 1e-9:
-                est = n
-            else:
-                est = min(n, math.floor(n * n / (n + S) * (1 + 1e-9)) + 1)
+        S = S_i / L2
+
+        def exact_sum_sq():
+            return Fraction(S_i, L2)
+
+        if n > max(1, best[0]):                # a clique certifies at most its size
+            est = rank_from_sums(
+                n, S, max(rows_i) / L, max(cols_i) / L, exact_sum_sq=exact_sum_sq,
+                exact_max_row_sum=lambda: Fraction(max(rows_i), L),
+                exact_max_col_sum=lambda: Fraction(max(cols_i), L),
+            )[0]
             if est > best[0]:
                 r = _exact_rank(C, Kinv)
                 if r > best[0]:
@@ -609,22 +624,24 @@ def _exact_clique_search(A, Kinv, start_rank, max_nodes):
         while P:
             if nodes[0] >= max_nodes:
                 return
-            if _upper_bound(n, S, n + _clique_cover_bound(P, nbr), e_min) <= best[0]:
+            n_max = n + _clique_cover_bound(P, nbr)
+            if n_max <= best[0] or _upper_bound(n, S, n_max, e_min, exact_sum_sq,
+                                                e_min_exact, largest_dominant) <= best[0]:
                 return
             v = P.bit_length() - 1
             P &= ~(1 << v)
-            newS = S
-            new_rows, new_cols = list(rows) + [0.0], list(cols) + [0.0]
+            new_S = S_i
+            new_rows, new_cols = list(rows_i) + [0], list(cols_i) + [0]
             for k, u in enumerate(C):
-                a, b = Kf[u][v], Kf[v][u]
-                newS += a * a + b * b
+                a, b = Ki[u][v], Ki[v][u]
+                new_S += a * a + b * b
                 new_rows[k] += a
                 new_cols[k] += b
                 new_rows[-1] += b
                 new_cols[-1] += a
-            rec(C + [v], P & nbr[v], newS, new_rows, new_cols)
+            rec(C + [v], P & nbr[v], new_S, new_rows, new_cols)
 
-    rec([], (1 << V) - 1, 0.0, [], [])
+    rec([], (1 << V) - 1, 0, [], [])
     return best[0], best[1], nodes[0] < max_nodes
 
 
@@ -664,9 +681,9 @@ def _select(G):
     for name, clique in found:
         clique = [int(keep[v]) for v in clique]
         K = G.denominators(clique)
-        kept = _prune(K)
+        kept = prune_rows(K)
         clique = [clique[i] for i in kept]
-        rank = _rank_from_denominators(G.denominators(clique))[0] if len(clique) > 1 else 1
+        rank = rank_from_denominators(G.denominators(clique))[0] if len(clique) > 1 else 1
         results.append((rank, name, clique))
     best_rank = max(r[0] for r in results)
     # a set certifying more than best_rank has more than best_rank members, each
@@ -755,9 +772,9 @@ def _certify(X, *, reference=False):
         X = X.astype(np.uint8)
     N = X.shape[1]
     if reference:
-        cons = _constraints.constraints_reference(X)
+        cons = constraints_reference(X)
     else:
-        cons = _constraints.constraints(X)
+        cons = constraints(X)
     tokens = cons.tokens
     if N < 3:
         return _trivial(tokens, N, f"seq_len={N} <= 2: gap domination needs three tokens "
@@ -765,7 +782,7 @@ def _certify(X, *, reference=False):
     n_constraints = len(cons)
     if not n_constraints:
         return _trivial(tokens, N, "the family contains no (S1, S2, S3) triple with gap >= 2")
-    R = _constraints.reach_reference(cons) if reference else _constraints.reach(cons)
+    R = reach_reference(cons) if reference else reach(cons)
     G = _Graph(cons, R)
     if G.V < 2 or not len(G.half):
         return _trivial(tokens, N, "no two (query, key) pairs constrain each other",
@@ -776,7 +793,7 @@ def _certify(X, *, reference=False):
         return _trivial(tokens, N, "no two (query, key) pairs constrain each other",
                         n_constraints)
     K = G.denominators(clique)
-    rank, value, dominant = _rank_from_denominators(K)
+    rank, value, dominant = rank_from_denominators(K)
     c = np.asarray(clique)
     qi, ki = G.x[c], G.s[c]
     ov = cons.overlap
@@ -789,7 +806,7 @@ def _certify(X, *, reference=False):
         lo, hi = np.searchsorted(rcode, [x * T + s, x * T + s + 1])
         parents.append(dict(zip(R.t[lo:hi].tolist(), R.pred[lo:hi].tolist())))
     Kobj = K.astype(object)
-    eps = _inv_array(K)
+    eps = reciprocals(K)
     np.fill_diagonal(eps, 1.0)
     return Certificate(
         certified_min_rank=int(rank), seq_len=N, n_bits=X.shape[2], tokens=tokens,

@@ -34,8 +34,9 @@ from fractions import Fraction
 import numpy as np
 
 from .._validation import check_int
-from .bounds import _rank_from_denominators, _rank_from_sums
-from .certify import _inv, _prune, certify
+from ._selection import prune_rows, reciprocal
+from .bounds import rank_from_denominators, rank_from_sums, resolve_near_integer
+from .certify import certify
 from .codes import hadamard_orders, product_code
 
 __all__ = [
@@ -195,8 +196,8 @@ def design_rank(K):
     n = len(K)
     if n < 2:
         return 1
-    keep = _prune(K) if n > 2 else list(range(n))
-    return int(_rank_from_denominators(K[np.ix_(keep, keep)])[0])
+    keep = prune_rows(K)
+    return int(rank_from_denominators(K[np.ix_(keep, keep)])[0])
 
 
 def witness_bound(words, seq_len, *, ladder_gap=None):
@@ -327,7 +328,7 @@ def _product_histogram(blocks):
 @functools.lru_cache(maxsize=65536)
 def _chain_K(d, seq_len, ladder_gap):
     K, t = chain_denominator(d, seq_len, ladder_gap=ladder_gap)
-    return K, t, _inv(K) if K else 0.0
+    return K, t, reciprocal(K) if K else 0.0
 
 
 def _histogram_sums(hist, seq_len, ladder_gap, exact):
@@ -397,7 +398,7 @@ def product_code_bound(blocks, seq_len, *, ladder_gap=None, n_bits=None):
             "unconstrained; use Hadamard orders >= 8."
         )
     sum_sq, row, steps = sums
-    rank, value, _ = _rank_from_sums(n, n * sum_sq, row, row)
+    rank, value, _ = rank_from_sums(n, n * sum_sq, row, row)
     exact = n_bits > total or any(half for _, half in blocks)
     return dict(
         rank=int(rank), n_queries=n, n_sequences=int(n * (2 * n - 1 + 2 * steps)),
@@ -484,7 +485,9 @@ def _best_design(n_bits, seq_len, max_blocks, exact_only):
                 continue
             sum_sq, row, steps = sums
             size = n * (2 * n - 1 + 2 * steps)
-            log_est = math.log(n) if row <= 1 else math.log(n) - math.log1p(sum_sq)
+            dominant = resolve_near_integer(
+                row, lambda h=hist, g=gap: _histogram_sums(h, seq_len, g, exact=True)[1]) <= 1
+            log_est = math.log(n) if dominant else math.log(n) - math.log1p(sum_sq)
             scored.append((log_est, -size, blocks, gap))
     if not scored:
         return None
