@@ -1,4 +1,4 @@
-"""Properties (issue 7, items 3, 5, 6): determinism, numerics, and hypothesis tests.
+"""Properties: determinism, numerics, and hypothesis tests.
 
 * determinism: a fixed ``random_state`` gives bitwise-identical predictions across
   runs, after ``clone``, and across ``n_jobs`` in sweeps;
@@ -26,7 +26,7 @@ from minip_learn.nn import KernelAttentionHead, available_feature_maps
 
 FAST = dict(max_epochs=10, random_state=0)
 MAPS = [m for m in available_feature_maps(nonnegative=True) if m != "table"]
-#: signed maps (issue 8): their normalisation is guarded, so they join only the checks
+#: signed maps: their normalisation is guarded, so they join only the checks
 #: that hold with the guard (finite outputs)
 SIGNED_MAPS = available_feature_maps(nonnegative=False)
 SETTINGS = settings(max_examples=25, deadline=None, derandomize=True,

@@ -50,7 +50,7 @@ def test_feature_map_rank_and_nonnegativity(name, rank, depth, valid_rank):
     assert phi.shape == (7, 3, rank) == (7, 3, fmap.rank)
     if fmap.nonnegative:
         assert (phi >= 0).all()
-    # (signed maps may be >= 0 on a sample; tests/test_beyond.py checks their signs)
+    # (signed maps may be >= 0 on a sample; tests/estimators/test_beyond.py checks their signs)
     assert torch.isfinite(phi).all()
 
 
