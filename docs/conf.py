@@ -132,5 +132,51 @@ def _check_api_reference(app):
                 logger.warning(f"public object {home} is missing from docs/api.rst")
 
 
+# -- the registry of feature maps, as a table (``.. feature-map-table::``) ------------
+# Built from minip_learn.nn.feature_map_table() whenever a page that uses it is read, so
+# the documentation lists exactly the registered maps with their declarations.
+def _feature_map_table_directive():
+    from docutils import nodes
+    from docutils.statemachine import StringList
+    from sphinx.util.docutils import SphinxDirective
+
+    def yes_no(flag):
+        return "yes" if flag else "no"
+
+    class FeatureMapTable(SphinxDirective):
+        has_content = False
+
+        def run(self):
+            from minip_learn.nn import feature_map_table, feature_maps, literature_maps
+
+            for module in (feature_maps, literature_maps):  # edits there rebuild the page
+                self.env.note_dependency(module.__file__)
+            lines = [
+                ".. list-table:: The registered feature maps "
+                "(:func:`~minip_learn.nn.feature_map_table`)",
+                "   :header-rows: 1",
+                "   :widths: 14 56 12 18",
+                "",
+                "   * - ``feature_map=``",
+                "     - paper",
+                "     - features >= 0",
+                "     - kernel >= 0 (R4-R5 apply)",
+            ]
+            for row in feature_map_table():
+                lines += [
+                    f"   * - ``{row['name']}``",
+                    f"     - {row['paper'] or 'not declared'}",
+                    f"     - {yes_no(row['nonnegative'])}",
+                    f"     - {yes_no(row['kernel_nonnegative'])}",
+                ]
+            container = nodes.container()
+            self.state.nested_parse(StringList(lines, source="feature-map-table"),
+                                    self.content_offset, container)
+            return container.children
+
+    return FeatureMapTable
+
+
 def setup(app):
     app.connect("builder-inited", _check_api_reference)
+    app.add_directive("feature-map-table", _feature_map_table_directive())

@@ -1,5 +1,10 @@
 """Command line: ``minip-learn reproduce witness|length|ood|beyond|maps|scaling|all``.
 
+``minip-learn reproduce docs-artifacts [--out docs/_static] [--only NAME ...] [--list]``
+regenerates the recipe outputs committed under ``docs/_static`` (listed in
+:data:`~minip_learn.experiments.DOCS_ARTIFACTS`), each with the settings it was made
+with.
+
 ``minip-learn certify FAMILY.npy [--out CERT.json]`` prints the certified minimum rank
 of a family and writes its certificate; ``minip-learn verify FAMILY.npy CERT.json``
 checks a certificate independently (exit status 0 valid, 1 rejected, 2 bad file).
@@ -13,8 +18,9 @@ number of bits ``m`` (docs: the scaling page).
 Also available as ``python -m minip_learn``. Writes, per experiment, ``results.csv``
 (one row per fit), ``summary.csv``, ``summary.md`` and PNG figures into
 ``--out/<experiment>/`` (fits are stored under ``--out/<experiment>/runs/``, so an
-interrupted run resumes where it stopped), prints the markdown summary and says where
-the files are.
+interrupted run resumes where it stopped), with ``provenance.json`` (library version,
+git commit, this command line, settings, date, machine), prints the markdown summary
+and says where the files are.
 
 Exit status: 0 when every expected behaviour was observed, 1 when one was not or a
 file could not be written, 2 on a bad option or an output folder that cannot be
@@ -24,6 +30,8 @@ SIGTERM (the finished fits are kept: the same command resumes).
 
 import argparse
 import os
+import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -83,6 +91,14 @@ def _n_jobs(text):
     return value
 
 
+class _Out(argparse.Action):
+    """``--out``, remembering that it was given (docs-artifacts has its own default)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.out_given = True
+
+
 def build_parser():
     """The :class:`argparse.ArgumentParser` of ``minip-learn``.
 
@@ -97,6 +113,7 @@ def build_parser():
     True
     """
     from . import __version__
+    from .experiments import DOCS_ARTIFACTS
 
     parser = argparse.ArgumentParser(
         prog="minip-learn",
@@ -111,14 +128,19 @@ def build_parser():
                     "results.csv, summary.csv, summary.md and PNG figures.",
     )
     rep.add_argument("experiment",
-                     choices=["witness", "length", "ood", "beyond", "maps", "scaling", "all"],
+                     choices=["witness", "length", "ood", "beyond", "maps", "scaling", "all",
+                              "docs-artifacts"],
                      help="witness, length: the paper's experiments; ood, beyond, maps: "
                           "beyond the paper (docs: results page); scaling: the rank "
-                          "sandwich across n_bits; all: the paper's two (witness, length)")
+                          "sandwich across n_bits; all: the paper's two (witness, length); "
+                          "docs-artifacts: every recipe output committed under "
+                          "docs/_static, each with the settings it was made with")
     rep.add_argument("--quick", action="store_true",
                      help="small grid: a few minutes on 2 cores (default: the full grid)")
-    rep.add_argument("--out", default="minip-results", type=Path,
-                     help="output folder (default: minip-results/)")
+    rep.add_argument("--out", default="minip-results", type=Path, action=_Out,
+                     help="output folder (default: minip-results/; docs-artifacts: "
+                          "docs/_static/)")
+    rep.set_defaults(out_given=False)
     rep.add_argument("--n-jobs", type=_n_jobs, default=None,
                      help="parallel fits (default: number of CPU cores; -1 all cores)")
     rep.add_argument("--devices", type=_devices, default=None,
@@ -135,6 +157,15 @@ def build_parser():
                      help="train the seeds and ranks of each sweep as batched ensembles "
                           "(same results, several times cheaper per fit; scaling does "
                           "so by default)")
+    docs = rep.add_argument_group("docs-artifacts")
+    docs.add_argument("--only", nargs="+", action="extend", choices=list(DOCS_ARTIFACTS),
+                      metavar="NAME",
+                      help="regenerate these artifacts only: " + ", ".join(DOCS_ARTIFACTS))
+    docs.add_argument("--list", action="store_true",
+                      help="print what would run, where and about how long; run nothing")
+    docs.add_argument("--fresh", action="store_true",
+                      help="delete the stored fits (runs/, constructions/) of each artifact "
+                           "before it runs, so that every fit is computed again")
     _add_certificate_commands(sub)
     return parser
 
@@ -223,9 +254,31 @@ def _run(args, name):
     return run_experiment(name, **kwargs)
 
 
+def _print_result(name, res, where):
+    print(res.markdown)
+    print()
+    print(f"[{name}] {len(res.results)} fits in {res.elapsed:.0f} s; files in {where}/:")
+    for path in res.files.values():
+        print(f"  {path}")
+    print()
+
+
+def _done(t0, ok):
+    status = "all expected behaviours observed" if ok else "SOME EXPECTED BEHAVIOURS NOT OBSERVED"
+    print(f"Done in {time.perf_counter() - t0:.0f} s: {status}.")
+    return 0 if ok else 1
+
+
 def _reproduce(args):
+    from .experiments import recorded_command
     from .model_selection import check_writable, resolve_devices
 
+    if args.experiment == "docs-artifacts":
+        return _docs_artifacts(args)
+    for option, given in (("--only", args.only), ("--list", args.list),
+                          ("--fresh", args.fresh)):
+        if given:
+            raise ValueError(f"{option} applies to docs-artifacts only.")
     if args.n_jobs is None:
         args.n_jobs = os.cpu_count() or 1
     names = ["witness", "length"] if args.experiment == "all" else [args.experiment]
@@ -240,22 +293,73 @@ def _reproduce(args):
     texts = []
     for name in names:
         args.running = args.out / name
-        res = _run(args, name)
+        with recorded_command(args.command_line):
+            res = _run(args, name)
         texts.append(res.markdown)
-        print(res.markdown)
-        print()
-        print(f"[{name}] {len(res.results)} fits in {res.elapsed:.0f} s; files in "
-              f"{args.out / name}/:")
-        for path in res.files.values():
-            print(f"  {path}")
-        print()
+        _print_result(name, res, args.out / name)
         ok &= all(res.checks.values())
     if len(names) > 1:
         (args.out / "summary.md").write_text("\n\n".join(texts) + "\n")
         print(f"Combined summary: {args.out / 'summary.md'}")
-    status = "all expected behaviours observed" if ok else "SOME EXPECTED BEHAVIOURS NOT OBSERVED"
-    print(f"Done in {time.perf_counter() - t0:.0f} s: {status}.")
-    return 0 if ok else 1
+    return _done(t0, ok)
+
+
+# -- reproduce docs-artifacts ------------------------------------------------------------
+def _minutes(minutes):
+    return f"~{minutes * 60:.0f} s" if minutes < 1 else f"~{minutes:g} min"
+
+
+def _grid(artifact):
+    return f"{artifact['experiment']} {'--quick' if artifact['quick'] else '(full grid)'}"
+
+
+def _docs_artifacts(args):
+    from .experiments import DOCS_ARTIFACTS, recorded_command, run_experiment
+    from .model_selection import check_writable, resolve_devices
+
+    for option, given in (("--quick", args.quick), ("--ranks", args.ranks),
+                          ("--seeds", args.seeds), ("--max-epochs", args.max_epochs),
+                          ("--ensemble", args.ensemble)):
+        if given:
+            raise ValueError(f"{option} does not apply to docs-artifacts: each artifact "
+                             "runs with the settings it was made with (see --list).")
+    out = args.out if args.out_given else Path("docs/_static")
+    if not args.out_given and not out.is_dir():
+        raise ValueError("no docs/_static folder here: run from the repository root or "
+                         "give --out.")
+    plan = {name: art for name, art in DOCS_ARTIFACTS.items()
+            if not args.only or name in args.only}
+    if args.list:
+        rows = [("NAME", "RUNS", "WRITES", "TIME")] + [
+            (name, _grid(art), f"{out / art['folder']}/", _minutes(art["minutes"]))
+            for name, art in plan.items()]
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        for row in rows:
+            print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths)) + "  " + row[3])
+        total = sum(art["minutes"] for art in plan.values())
+        print(f"{len(plan)} artifact(s), about {_minutes(total)[1:]} in all on 2 cores.")
+        return 0
+    if args.n_jobs is None:
+        args.n_jobs = os.cpu_count() or 1
+    resolve_devices(args.devices)
+    for art in plan.values():  # before any fit: every output folder can be written
+        check_writable(out / art["folder"] / "runs")
+    t0 = time.perf_counter()
+    ok = True
+    for name, art in plan.items():
+        where = out / art["folder"]
+        if args.fresh:
+            for stored in ("runs", "constructions"):
+                shutil.rmtree(where / stored, ignore_errors=True)
+        args.running = where
+        print(f"[{name}] {_grid(art)} -> {where}/ ({_minutes(art['minutes'])})", flush=True)
+        with recorded_command(args.command_line):
+            res = run_experiment(art["experiment"], quick=art["quick"], out=where,
+                                 n_jobs=args.n_jobs, devices=args.devices,
+                                 progress=not args.no_progress)
+        _print_result(name, res, where)
+        ok &= all(res.checks.values())
+    return _done(t0, ok)
 
 
 _COMMANDS = {"reproduce": _reproduce, "certify": _certificate_command,
@@ -313,7 +417,9 @@ def main(argv=None):
     2
     """
     os.environ.setdefault("MPLBACKEND", "Agg")
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["minip-learn", *map(str, argv)])
     handlers = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -237,3 +237,79 @@ def test_signal_mid_sweep_stops_cleanly_and_the_rerun_completes(signame, tmp_pat
         results = pd.read_csv(out / "witness" / "results.csv")
         assert len(results) == 4 and results["fit_id"].is_unique
         assert len(list(runs.glob("*/fit-*.json"))) == 4
+
+
+# -- provenance and docs-artifacts ------------------------------------------------------
+def test_provenance_records_the_command_line(tiny_settings, tmp_path, capsys):
+    import json
+
+    argv = ["reproduce", "length", "--quick", "--out", str(tmp_path), "--n-jobs", "1",
+            "--max-epochs", "3", "--no-progress"]
+    main(argv)
+    path = tmp_path / "length" / "provenance.json"
+    assert str(path) in capsys.readouterr().out
+    prov = json.loads(path.read_text())
+    assert prov["command"] == (f"minip-learn reproduce length --quick --out {tmp_path} "
+                               "--n-jobs 1 --max-epochs 3 --no-progress")
+    assert prov["recipe"] == "length" and prov["grid"] == "quick" and prov["complete"]
+    assert prov["settings"]["ranks"] == [1, 2] and prov["settings"]["kernel"]["max_epochs"] == 3
+    assert prov["options"]["n_jobs"] == 1
+
+
+def test_docs_artifacts_list(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "docs" / "_static").mkdir(parents=True)
+    assert main(["reproduce", "docs-artifacts", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "RUNS", "WRITES", "TIME"]
+    rows = {line.split()[0]: line for line in lines[1:-1]}
+    assert list(rows) == list(experiments.DOCS_ARTIFACTS)
+    assert "ood --quick" in rows["ood"] and "docs/_static/extended/ood/" in rows["ood"]
+    assert "scaling --quick" in rows["scaling-quick"]
+    assert "docs/_static/scaling/quick/" in rows["scaling-quick"]
+    assert "scaling (full grid)" in rows["scaling"] and "~25 min" in rows["scaling"]
+    assert "docs/_static/witness-quick/" in rows["witness-quick"]
+    assert lines[-1].startswith("6 artifact(s), about ")
+    assert main(["reproduce", "docs-artifacts", "--list", "--out", str(tmp_path / "site"),
+                 "--only", "maps", "ood"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[1:-1]] == ["ood", "maps"]
+    assert f"{tmp_path / 'site' / 'extended' / 'maps'}/" in lines[2]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs"]  # nothing written
+
+
+def test_docs_artifacts_only_runs_with_the_recipe_settings(tiny_settings, tmp_path, capsys):
+    import json
+
+    argv = ["reproduce", "docs-artifacts", "--only", "witness-quick", "--out", str(tmp_path),
+            "--n-jobs", "1", "--no-progress"]
+    status = main(argv)
+    out = capsys.readouterr().out
+    assert status in (0, 1) and "[witness-quick] witness --quick" in out
+    d = tmp_path / "witness-quick"
+    for name in ("summary.md", "summary.csv", "results.csv", "phase_transition.png",
+                 "provenance.json"):
+        assert (d / name).exists(), name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["witness-quick"]
+    prov = json.loads((d / "provenance.json").read_text())
+    assert prov["command"] == "minip-learn " + " ".join(argv)
+    assert prov["recipe"] == "witness" and prov["grid"] == "quick"
+    assert prov["settings"]["ranks"] == [2, 4] and prov["fits_computed"] == 4
+    # --fresh computes every fit again
+    assert main(argv + ["--fresh"]) == status
+    prov = json.loads((d / "provenance.json").read_text())
+    assert prov["fits_computed"] == 4 and prov["fits_resumed"] == 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["reproduce", "docs-artifacts", "--quick"], "--quick does not apply to docs-artifacts"),
+    (["reproduce", "docs-artifacts", "--ranks", "2"], "--ranks does not apply"),
+    (["reproduce", "docs-artifacts"], "no docs/_static folder here"),
+    (["reproduce", "witness", "--only", "ood"], "--only applies to docs-artifacts only"),
+    (["reproduce", "witness", "--list"], "--list applies to docs-artifacts only"),
+])
+def test_docs_artifacts_options_are_checked(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -25,13 +25,17 @@ All numbers (ranks, seeds, epochs, feature map ...) live in :data:`SETTINGS`, on
 Each recipe is a module of this package (``witness``, ``length``, ``ood``, ``beyond``,
 ``maps``, ``scaling``)
 with its own ``SETTINGS``; what they share is in one helpers module. The fits of a run
-go to ``out/runs`` (see the docs page "Results folders and failures").
+go to ``out/runs`` (see the docs page "Results folders and failures"), and every output
+folder holds ``provenance.json``: library version, git commit, command
+(:func:`recorded_command`), settings, date and machine of the run.
 
-``minip-learn reproduce ...`` (:mod:`minip_learn.cli`) calls these functions.
+``minip-learn reproduce ...`` (:mod:`minip_learn.cli`) calls these functions;
+:data:`DOCS_ARTIFACTS` lists the docs' figures and tables that they write, which
+``minip-learn reproduce docs-artifacts`` regenerates.
 """
 
 from . import beyond, length, maps, ood, scaling, witness
-from ._shared import markdown_table
+from ._shared import markdown_table, recorded_command
 from .beyond import beyond_experiment
 from .length import length_experiment
 from .maps import maps_experiment
@@ -40,6 +44,7 @@ from .scaling import growth_fit, scaling_checks, scaling_experiment
 from .witness import witness_experiment
 
 __all__ = [
+    "DOCS_ARTIFACTS",
     "EXPERIMENTS",
     "SETTINGS",
     "beyond_experiment",
@@ -48,6 +53,7 @@ __all__ = [
     "maps_experiment",
     "markdown_table",
     "ood_experiment",
+    "recorded_command",
     "run_experiment",
     "scaling_checks",
     "scaling_experiment",
@@ -61,6 +67,21 @@ SETTINGS = {"witness": witness.SETTINGS, "length": length.SETTINGS, "ood": ood.S
 
 #: Names accepted by :func:`run_experiment` (and ``minip-learn reproduce``).
 EXPERIMENTS = ("witness", "length", "ood", "beyond", "maps", "scaling")
+
+#: The recipe outputs committed under the docs' ``_static`` folder, in the order
+#: ``minip-learn reproduce docs-artifacts`` regenerates them: name -> ``experiment``,
+#: ``quick`` (the grid), ``folder`` (under ``docs/_static``) and ``minutes`` (about
+#: how long the run takes on 2 cores). Each runs with the recipe's ``SETTINGS``.
+DOCS_ARTIFACTS = {
+    "witness-quick": dict(experiment="witness", quick=True, folder="witness-quick",
+                          minutes=0.5),
+    "ood": dict(experiment="ood", quick=True, folder="extended/ood", minutes=2),
+    "beyond": dict(experiment="beyond", quick=True, folder="extended/beyond", minutes=1),
+    "maps": dict(experiment="maps", quick=True, folder="extended/maps", minutes=3),
+    "scaling-quick": dict(experiment="scaling", quick=True, folder="scaling/quick",
+                          minutes=1),
+    "scaling": dict(experiment="scaling", quick=False, folder="scaling", minutes=25),
+}
 
 
 def run_experiment(name, **kwargs):

@@ -1,12 +1,25 @@
 """What every recipe shares: settings, sweeps into ``out/runs``, tables and output files.
 
+Every output folder also gets ``provenance.json`` (:meth:`Recipe.provenance`): the
+library version, the git commit of the package's checkout, the command, the settings,
+the date and the machine of the run.
+
 Each recipe module (:mod:`~minip_learn.experiments.witness`, ``length``, ``ood``,
 ``beyond``, ``maps``, ``scaling``) imports this module and no other recipe; the
 scaling recipe keeps its searches and its tables in modules of its own
 (``_scaling_search``, ``_scaling_report``).
 """
 
+import contextlib
+import contextvars
 import copy
+import datetime
+import json
+import math
+import numbers
+import os
+import platform
+import subprocess
 import time
 from pathlib import Path
 
@@ -15,7 +28,10 @@ import pandas as pd
 
 from ..model_selection import check_writable, rank_sweep, resolve_devices
 
-__all__ = ["markdown_table"]
+__all__ = ["markdown_table", "recorded_command"]
+
+#: The command line recorded in provenance.json (None: a Python call, described there)
+_COMMAND = contextvars.ContextVar("minip_learn_command", default=None)
 
 
 def fmt(value, digits=3):
@@ -95,6 +111,91 @@ def report(title, text, table, checks, labels=None, note=None):
     return "\n".join(lines)
 
 
+def jsonable(value):
+    """``value`` with tuples as lists, numpy scalars as Python numbers, paths as text and
+    other objects as their ``repr`` (dict order kept), for ``json.dumps``."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        return v if math.isfinite(v) else repr(v)
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return repr(value)
+
+
+@contextlib.contextmanager
+def recorded_command(command):
+    """Record ``command`` as the command line of the recipes run inside the block.
+
+    Each recipe writes ``provenance.json`` into its output folder; its ``command`` is
+    the text given here (``minip-learn reproduce`` passes the command line as typed),
+    and outside such a block a description of the Python call, such as
+    ``ood_experiment(quick=True, out='results/ood')``.
+
+    Parameters
+    ----------
+    command : str
+        The command line, e.g. ``"minip-learn reproduce length --quick"``.
+
+    Yields
+    ------
+    command : str
+
+    Examples
+    --------
+    >>> from minip_learn.experiments import recorded_command, run_experiment
+    >>> with recorded_command("minip-learn reproduce length --quick"):
+    ...     res = run_experiment("length", seq_lens=(1,), ranks=(1,), seeds=(0,),
+    ...                          progress=False, figures=False)
+    >>> res.provenance["command"]
+    'minip-learn reproduce length --quick'
+    """
+    token = _COMMAND.set(str(command))
+    try:
+        yield command
+    finally:
+        _COMMAND.reset(token)
+
+
+def git_state(folder):
+    """``(commit, dirty)`` of the git checkout that tracks ``folder``: the commit of
+    ``HEAD`` and whether ``git status --porcelain`` lists a change inside ``folder``;
+    ``(None, None)`` without git, without a checkout or when ``folder`` is not tracked
+    in it (an installed copy of the package)."""
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=20, check=True).stdout
+
+    try:
+        git("ls-files", "--error-unmatch", "__init__.py")
+        commit = git("rev-parse", "HEAD").strip()
+        dirty = bool(git("status", "--porcelain", "--", ".").strip())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None, None
+    return commit or None, dirty
+
+
+def _python_call(name, quick, out, options, overrides):
+    """The recipe call as text: ``ood_experiment(quick=True, out='res/ood', ...)``."""
+    args = {"quick": quick}
+    if out is not None:
+        args["out"] = os.fspath(out)
+    args.update((k, v) for k, v in options.items() if v is not None)
+    args.update((k, v) for k, v in overrides.items() if v is not None)
+    return f"{name}_experiment(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")"
+
+
 def settings_text(params):
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
@@ -104,6 +205,8 @@ class Recipe:
 
     Creating it starts the clock, checks ``devices`` and that ``out`` can be written
     (before any fit), and merges ``overrides`` into ``defaults["quick" | "full"]``.
+    Every write of the tables writes ``provenance.json`` beside them
+    (:meth:`provenance`).
 
     Parameters
     ----------
@@ -120,6 +223,8 @@ class Recipe:
     def __init__(self, name, defaults, *, quick, out, n_jobs, devices, progress, figures,
                  ensemble, overrides):
         self.t0 = time.perf_counter()
+        self.name, self.quick = name, bool(quick)
+        self.started = datetime.datetime.now(datetime.UTC)
         resolve_devices(devices)  # fail at once (e.g. CUDA asked for where there is none)
         cfg = copy.deepcopy(defaults["quick" if quick else "full"])
         for key, value in overrides.items():
@@ -138,6 +243,13 @@ class Recipe:
         self.figures = figures
         self._sweep_options = dict(n_jobs=n_jobs, devices=devices, progress=progress,
                                    ensemble=ensemble)
+        self.options = dict(n_jobs=n_jobs, devices=devices, ensemble=ensemble,
+                            figures=figures)
+        self.command = _COMMAND.get() or _python_call(
+            name, quick, out, {**self.options, "figures": None if figures else False},
+            overrides)
+        self.git = git_state(Path(__file__).resolve().parents[1])
+        self.n_computed = self.n_resumed = 0
 
     def sweep(self, estimator, X, y, *, name, estimators=False, **kwargs):
         """:func:`~minip_learn.model_selection.rank_sweep` into ``out/runs``.
@@ -145,14 +257,65 @@ class Recipe:
         ``estimators=True`` returns the fitted estimators (saved in the run folder).
         """
         options = {**self._sweep_options, **kwargs}
-        return rank_sweep(estimator, X, y, out=self.runs, name=name,
-                          return_estimators=estimators,
-                          save_estimators=estimators and self.runs is not None, **options)
+        res = rank_sweep(estimator, X, y, out=self.runs, name=name,
+                         return_estimators=estimators,
+                         save_estimators=estimators and self.runs is not None, **options)
+        self.n_computed += res.n_computed
+        self.n_resumed += res.n_resumed
+        return res
+
+    def provenance(self, *, complete=True):
+        """Where this run's files came from, as written to ``provenance.json``.
+
+        Keys: ``recipe``, ``grid`` (``"quick"`` or ``"full"``), ``command`` (the
+        command line as typed, see :func:`recorded_command`, or the Python call),
+        ``complete`` (False while a recipe rewrites its tables during the run),
+        ``minip_learn_version``, ``git_commit`` and ``git_dirty`` (see
+        :func:`git_state`; None without a checkout), ``started_utc``, ``written_utc``
+        (ISO 8601), ``elapsed_s``, ``fits_computed`` and ``fits_resumed`` (fits of the
+        sweeps computed in this run / read from ``out/runs``), ``cpu_count``,
+        ``platform``, ``python_version``, ``torch_version``, ``options`` (``n_jobs``,
+        ``devices``, ``ensemble``, ``figures``) and ``settings`` (the merged settings).
+        """
+        import torch
+
+        from .. import __version__
+
+        now = datetime.datetime.now(datetime.UTC)
+        return {
+            "recipe": self.name,
+            "grid": "quick" if self.quick else "full",
+            "command": self.command,
+            "complete": bool(complete),
+            "minip_learn_version": __version__,
+            "git_commit": self.git[0],
+            "git_dirty": self.git[1],
+            "started_utc": self.started.isoformat(timespec="seconds"),
+            "written_utc": now.isoformat(timespec="seconds"),
+            "elapsed_s": round(time.perf_counter() - self.t0, 1),
+            "fits_computed": self.n_computed,
+            "fits_resumed": self.n_resumed,
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "python_version": platform.python_version(),
+            "torch_version": torch.__version__,
+            "options": jsonable(self.options),
+            "settings": jsonable(self.cfg),
+        }
+
+    def write_provenance(self, *, complete=True):
+        """Write :meth:`provenance` to ``out/provenance.json``; returns the path (None
+        without ``out``)."""
+        if self.out is None:
+            return None
+        path = self.out / "provenance.json"
+        path.write_text(json.dumps(self.provenance(complete=complete), indent=2) + "\n")
+        return path
 
     def write_tables(self, result, tables=None):
-        """Write ``results.csv``, ``summary.csv``, ``summary.md`` and ``tables`` (name ->
-        DataFrame, each as ``name.csv``) into ``out``; returns name -> path (empty
-        without ``out``)."""
+        """Write ``results.csv``, ``summary.csv``, ``summary.md``, ``tables`` (name ->
+        DataFrame, each as ``name.csv``) and ``provenance.json`` (marked incomplete until
+        :meth:`finish`) into ``out``; returns name -> path (empty without ``out``)."""
         files = {}
         if self.out is None:
             return files
@@ -166,12 +329,14 @@ class Recipe:
         for name, df in (tables or {}).items():
             files[name] = self.out / f"{name}.csv"
             df.to_csv(files[name], index=False)
+        files["provenance"] = self.write_provenance(complete=False)
         return files
 
     def finish(self, result, *, table=None, tables=None):
-        """Set ``elapsed`` and ``settings``; with ``out``, write the files and close the
-        figures. ``table``: a displayed table also written as ``table.csv``;
-        ``tables``: more tables (name -> DataFrame), each written as ``name.csv``."""
+        """Set ``elapsed``, ``settings`` and ``provenance``; with ``out``, write the files
+        (``provenance.json`` last) and close the figures. ``table``: a displayed table
+        also written as ``table.csv``; ``tables``: more tables (name -> DataFrame), each
+        written as ``name.csv``."""
         result.settings = self.cfg
         result.elapsed = time.perf_counter() - self.t0
         tables = dict(tables or {})
@@ -179,11 +344,16 @@ class Recipe:
             tables["table"] = table
         result.files = self.write_tables(result, tables)
         if self.out is None:
+            result.provenance = self.provenance()
             return result
         import matplotlib.pyplot as plt
 
+        provenance = result.files.pop("provenance")
         for fig_name, fig in result.figures.items():
             result.files[fig_name] = self.out / f"{fig_name}.png"
             fig.savefig(result.files[fig_name], dpi=120)
             plt.close(fig)
+        result.provenance = self.provenance()
+        provenance.write_text(json.dumps(result.provenance, indent=2) + "\n")
+        result.files["provenance"] = provenance
         return result

@@ -32,6 +32,7 @@ __all__ = [
     "UserFeatureMap",
     "available_feature_maps",
     "check_feature_map_output",
+    "feature_map_table",
     "get_feature_map",
     "make_feature_map",
     "register_feature_map",
@@ -100,6 +101,48 @@ def available_feature_maps(*, nonnegative=None):
     )
 
 
+def feature_map_table():
+    """The registry as a table: one row per registered feature map, sorted by name.
+
+    The documentation's list of feature maps is generated from these rows, so it always
+    names exactly the registered maps.
+
+    Returns
+    -------
+    rows : list of dict
+        In the order of :func:`available_feature_maps`, one dict per map with keys
+        ``"name"`` (the registry name), ``"paper"`` (the class's ``paper`` declaration:
+        the paper the map follows, or that it is a baseline of this library; None for a
+        map that declares nothing), ``"nonnegative"`` (its features are ``>= 0``),
+        ``"kernel_nonnegative"`` (its kernel ``<phi_Q(x), phi_K(z)>`` is ``>= 0`` for
+        every pair of tokens: the hypothesis of the lower bound, :ref:`theory-r5`) and
+        ``"class"`` (the qualified name of the class).
+
+    Examples
+    --------
+    >>> from minip_learn.nn import available_feature_maps, feature_map_table
+    >>> rows = feature_map_table()
+    >>> [row["name"] for row in rows] == available_feature_maps()
+    True
+    >>> taylor = next(row for row in rows if row["name"] == "taylor")
+    >>> taylor["nonnegative"], taylor["kernel_nonnegative"]
+    (False, True)
+    >>> next(row["paper"] for row in rows if row["name"] == "elu+1")
+    'Katharopoulos et al. 2020, Transformers are RNNs'
+    """
+    rows = []
+    for name in available_feature_maps():
+        cls = _REGISTRY[name]
+        rows.append({
+            "name": name,
+            "paper": cls.paper,
+            "nonnegative": bool(cls.nonnegative),
+            "kernel_nonnegative": bool(cls.kernel_nonnegative),
+            "class": f"{cls.__module__}.{cls.__qualname__}",
+        })
+    return rows
+
+
 def get_feature_map(name):
     """Return the feature-map class that ``feature_map=name`` builds.
 
@@ -114,7 +157,7 @@ def get_feature_map(name):
     Returns
     -------
     cls : FeatureMap subclass
-        Its class attributes are the map's declarations (``nonnegative``,
+        Its class attributes are the map's declarations (``paper``, ``nonnegative``,
         ``kernel_nonnegative``, ``log_domain``, ``requires_vocabulary``, ``fused``,
         ``rank_maskable``).
 
@@ -294,6 +337,10 @@ class FeatureMap(nn.Module):
     """
 
     name = None
+    #: where the map comes from: the paper it follows, or that it is a baseline of this
+    #: library (every registered map of the library declares it; read by
+    #: :func:`feature_map_table`)
+    paper = None
     #: features are >= 0 for every input
     nonnegative = True
     #: the kernel ``<phi(x), phi'(z)>`` of two maps of this class is >= 0 for every pair
@@ -386,6 +433,7 @@ class FeatureMap(nn.Module):
 class EluPlusOne(FeatureMap):
     """``elu(z) + 1`` (Katharopoulos et al., 2020): positive everywhere."""
 
+    paper = "Katharopoulos et al. 2020, Transformers are RNNs"
     fused = "linear"
 
     def activation(self, z):
@@ -396,6 +444,7 @@ class EluPlusOne(FeatureMap):
 class ReLUFloor(FeatureMap):
     """``relu(z) + floor``; the floor keeps every key visible (default ``1e-4``)."""
 
+    paper = "none: a baseline of this library"
     fused = "linear"
 
     def __init__(self, n_bits, rank, *, floor=1e-4, **kwargs):
@@ -410,6 +459,7 @@ class ReLUFloor(FeatureMap):
 class Softplus(FeatureMap):
     """``softplus(z) = log(1 + e^z)``."""
 
+    paper = "none: a baseline of this library"
     fused = "linear"
 
     def activation(self, z):
@@ -420,6 +470,7 @@ class Softplus(FeatureMap):
 class SquaredReLU(FeatureMap):
     """``relu(z)^2 + floor`` (default floor ``1e-4``)."""
 
+    paper = "none: a baseline of this library"
     fused = "linear"
 
     def __init__(self, n_bits, rank, *, floor=1e-4, **kwargs):
@@ -434,6 +485,7 @@ class SquaredReLU(FeatureMap):
 class Exp(FeatureMap):
     """``exp(z)``: log-domain, computed with a shift that cancels in the normalisation."""
 
+    paper = "none: a baseline of this library"
     log_domain = True
     fused = "linear"
 
@@ -448,6 +500,7 @@ class PositiveRandomFeatures(FeatureMap):
     softmax kernel ``exp(<h, h'>)``.
     """
 
+    paper = "Choromanski et al. 2021, Rethinking Attention with Performers"
     log_domain = True
 
     def __init__(self, n_bits, rank, *, proj_dim=None, orthogonal=True, **kwargs):
@@ -494,6 +547,8 @@ class TokenTable(FeatureMap):
         Standard deviation of the initial log-features.
     """
 
+    paper = ("Opazo 2026, Three Tokens Force Exponential Feature Rank in Nonnegative Kernel "
+             "Attention (the theorem's arbitrary map)")
     log_domain = True
     requires_vocabulary = True
     fused = "table"
@@ -610,6 +665,7 @@ class Identity(FeatureMap):
     the output size of the encoder.
     """
 
+    paper = "none: a baseline of this library (linear attention without a feature map)"
     nonnegative = False
     fused = "linear"
 
@@ -649,6 +705,8 @@ class SecondOrderTaylor(FeatureMap):
     ``nonnegative=True``), and a fit below the certified rank must fail.
     """
 
+    paper = ("Arora et al. 2024, Simple linear attention language models balance the "
+             "recall-throughput tradeoff (Based)")
     nonnegative = False
     #: the kernel ``<phi_Q(x), phi_K(z)>`` is >= 0 although the features are signed
     kernel_nonnegative = True
@@ -709,6 +767,7 @@ class RandomFourierFeatures(FeatureMap):
     hypothesis (:ref:`theory-r7`). Any ``rank >= 1``.
     """
 
+    paper = "Rahimi & Recht 2007, Random Features for Large-Scale Kernel Machines"
     nonnegative = False
 
     def __init__(self, n_bits, rank, *, proj_dim=None, bandwidth=1.0, **kwargs):

@@ -81,6 +81,7 @@ class T2R(FeatureMap):
     ((3, 4), True, 'linear')
     """
 
+    paper = "Kasai et al. 2021, Finetuning Pretrained Transformers into RNNs"
     fused = "linear"
 
     def activation(self, z):
@@ -117,6 +118,8 @@ class Hedgehog(FeatureMap):
     ((3, 8), True, True)
     """
 
+    paper = ("Zhang et al. 2024, The Hedgehog & the Porcupine: Expressive Linear Attentions "
+             "with Softmax Mimicry")
     log_domain = True
     rank_maskable = False
 
@@ -173,6 +176,8 @@ class DPFP(FeatureMap):
     >>> tuple(out.shape), phi.proj_dim, bool((out >= 0).all())
     ((3, 12), 3, True)
     """
+
+    paper = "Schlag et al. 2021, Linear Transformers Are Secretly Fast Weight Programmers"
 
     def __init__(self, n_bits, rank, *, nu=1, **kwargs):
         params = self.check_params(n_bits, rank, nu=nu)
@@ -248,6 +253,8 @@ class ReBased(FeatureMap):
     ((5, 10), 4, True)
     """
 
+    paper = ("Aksenov et al. 2024, Linear Transformers with Learnable Kernel Functions are "
+             "Better In-Context Models")
     nonnegative = False
     #: the kernel ``(h . h')^2 / p`` is >= 0 although the features are signed
     kernel_nonnegative = True
