@@ -164,8 +164,8 @@ def build_parser():
     docs.add_argument("--list", action="store_true",
                       help="print what would run, where and about how long; run nothing")
     docs.add_argument("--fresh", action="store_true",
-                      help="delete the stored fits (runs/, constructions/) of each artifact "
-                           "before it runs, so that every fit is computed again")
+                      help="delete the stored fits of each artifact (runs/, constructions/, "
+                           "solvers/) before it runs, so that every fit is computed again")
     _add_certificate_commands(sub)
     return parser
 
@@ -349,7 +349,7 @@ def _docs_artifacts(args):
     for name, art in plan.items():
         where = out / art["folder"]
         if args.fresh:
-            for stored in ("runs", "constructions"):
+            for stored in ("runs", "constructions", "solvers"):
                 shutil.rmtree(where / stored, ignore_errors=True)
         args.running = where
         print(f"[{name}] {_grid(art)} -> {where}/ ({_minutes(art['minutes'])})", flush=True)

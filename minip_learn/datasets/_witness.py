@@ -194,7 +194,8 @@ def make_witness_suite(
           ``max_sequences`` (more words at smaller distance);
         * ``"greedy"``: greedy constant-weight codes (any size);
         * ``"small"``: a Hadamard prefix with the fewest queries reaching a certified
-          rank of 8 (the scale of the paper's witness suite; 190 sequences at m = 24);
+          rank of 8, the bound of the paper's 1,272-sequence witness suite (190
+          sequences at m = 24);
         * ``"auto"``: the candidate with the highest certified bound whose family has at
           most ``max_sequences`` sequences (ties: the smaller family).
     max_sequences : int, default=5000

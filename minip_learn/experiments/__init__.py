@@ -77,7 +77,7 @@ DOCS_ARTIFACTS = {
                           minutes=0.5),
     "ood": dict(experiment="ood", quick=True, folder="extended/ood", minutes=2),
     "beyond": dict(experiment="beyond", quick=True, folder="extended/beyond", minutes=1),
-    "maps": dict(experiment="maps", quick=True, folder="extended/maps", minutes=3),
+    "maps": dict(experiment="maps", quick=True, folder="extended/maps", minutes=1.5),
     "scaling-quick": dict(experiment="scaling", quick=True, folder="scaling/quick",
                           minutes=1),
     "scaling": dict(experiment="scaling", quick=False, folder="scaling", minutes=25),

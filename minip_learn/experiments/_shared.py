@@ -15,8 +15,6 @@ import contextvars
 import copy
 import datetime
 import json
-import math
-import numbers
 import os
 import platform
 import subprocess
@@ -26,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..model_selection import check_writable, rank_sweep, resolve_devices
+from ..model_selection import check_writable, jsonable, rank_sweep, resolve_devices
 
 __all__ = ["markdown_table", "recorded_command"]
 
@@ -109,27 +107,6 @@ def report(title, text, table, checks, labels=None, note=None):
     lines += [f"- [{'x' if ok else ' '}] {labels.get(name, name)}"
               for name, ok in checks.items()]
     return "\n".join(lines)
-
-
-def jsonable(value):
-    """``value`` with tuples as lists, numpy scalars as Python numbers, paths as text and
-    other objects as their ``repr`` (dict order kept), for ``json.dumps``."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        v = float(value)
-        return v if math.isfinite(v) else repr(v)
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    return repr(value)
 
 
 @contextlib.contextmanager
@@ -299,8 +276,8 @@ class Recipe:
             "platform": platform.platform(),
             "python_version": platform.python_version(),
             "torch_version": torch.__version__,
-            "options": jsonable(self.options),
-            "settings": jsonable(self.cfg),
+            "options": jsonable(self.options, sort_keys=False),
+            "settings": jsonable(self.cfg, sort_keys=False),
         }
 
     def write_provenance(self, *, complete=True):

@@ -2,9 +2,10 @@
 
 On an m = 24 witness suite, kernel heads are swept over ranks (and seeds) below and
 above the suite's certified minimum rank, next to dense softmax heads over seeds.
-``--quick`` uses the suite at the paper's scale (190 sequences, certified rank 8,
-constructive rank 20), the full run the Hadamard family of :ref:`theory-r6` (4,186
-sequences, certified rank 17, constructive rank 46). Expected: nothing solved below the
+``--quick`` uses the small Hadamard suite (``construction="small"``: 190 sequences,
+certified rank 8 as the paper's own 1,272-sequence suite, constructive rank 20), the
+full run the Hadamard family of :ref:`theory-r6` (4,186 sequences, certified rank 17,
+constructive rank 46). Expected: nothing solved below the
 certified bound, solved at some rank up to the constructive one, softmax solved for
 every seed.
 """
@@ -21,8 +22,8 @@ __all__ = ["SETTINGS", "witness_experiment"]
 
 #: The grids and training settings: ``SETTINGS["quick" | "full"]``.
 SETTINGS = {
-    # quick: the m = 24 witness suite at the paper's scale (certified bound 8,
-    # constructive rank 20, 190 sequences)
+    # quick: the small m = 24 Hadamard suite (certified bound 8, constructive rank 20,
+    # 190 sequences)
     "quick": dict(
         suite=dict(n_bits=24, seq_len=3, construction="small"),
         ranks=(2, 4, 8, 12, 16, 20, 32),

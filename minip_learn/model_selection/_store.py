@@ -66,8 +66,34 @@ class ResultsFolderWarning(UserWarning):
 
 
 # -- values and fingerprints -----------------------------------------------------------
-def jsonable(value):
-    """A JSON-friendly version of a parameter value (numpy scalars, tuples, objects)."""
+def jsonable(value, *, sort_keys=True):
+    """A JSON-friendly version of a value: the one conversion of the results store, of
+    the run folders' configurations and of the recipes' ``provenance.json``.
+
+    Numpy scalars become Python numbers (non-finite floats their ``repr``), tuples
+    lists, paths text, dicts dicts with text keys, and any other object its ``repr``.
+
+    Parameters
+    ----------
+    value : object
+    sort_keys : bool, default=True
+        Sort the keys of dicts (what digests of configurations need); False keeps
+        their order.
+
+    Returns
+    -------
+    object
+        Made of dicts, lists, text, numbers, booleans and None.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.model_selection import jsonable
+    >>> jsonable({"b": (1, np.int64(2)), "a": np.float32(0.5)})
+    {'a': 0.5, 'b': [1, 2]}
+    >>> jsonable({"b": 1, "a": float("nan")}, sort_keys=False)
+    {'b': 1, 'a': 'nan'}
+    """
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, numbers.Integral):
@@ -78,9 +104,14 @@ def jsonable(value):
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
+        return [jsonable(v, sort_keys=sort_keys) for v in value]
     if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        items = value.items()
+        if sort_keys:
+            items = sorted(items, key=lambda kv: str(kv[0]))
+        return {str(k): jsonable(v, sort_keys=sort_keys) for k, v in items}
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
     return repr(value)
 
 

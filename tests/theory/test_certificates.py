@@ -337,18 +337,26 @@ def _brute_force_best(A, Kinv):
     return best
 
 
-@settings(max_examples=60, **SETTINGS)
-@given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 9), density=st.floats(0.3, 1.0))
-def test_search_bounds_are_never_below_the_best_clique(seed, V, density):
+def _random_graph(seed, V, density, denominators):
+    """A random symmetric constraint graph on ``V`` queries and exact ratio bounds
+    ``1/K`` with ``K`` drawn from ``denominators``."""
     from fractions import Fraction
-
-    from minip_learn.theory.certify import _clique_cover_bound, _root_bound
 
     rng = np.random.RandomState(seed)
     A = np.triu(rng.rand(V, V) < density, 1)
     A = A | A.T
-    Kinv = {u: {int(w): Fraction(1, int(rng.choice([1, 2, 3, 5, 9, 25])))
+    Kinv = {u: {int(w): Fraction(1, int(rng.choice(denominators)))
                 for w in np.flatnonzero(A[u])} for u in range(V)}
+    return A, Kinv
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 9), density=st.floats(0.3, 1.0))
+def test_search_bounds_are_never_below_the_best_clique(seed, V, density):
+
+    from minip_learn.theory.certify import _clique_cover_bound, _root_bound
+
+    A, Kinv = _random_graph(seed, V, density, [1, 2, 3, 5, 9, 25])
     best = _brute_force_best(A, Kinv)
     assert _root_bound(A, Kinv) >= best
     nbr = [sum(1 << int(w) for w in np.flatnonzero(A[u])) for u in range(V)]
@@ -361,16 +369,11 @@ def test_search_bounds_are_never_below_the_best_clique(seed, V, density):
 @settings(max_examples=60, **SETTINGS)
 @given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 9), density=st.floats(0.3, 1.0))
 def test_exhaustive_search_finds_the_best_clique(seed, V, density):
-    from fractions import Fraction
 
     from minip_learn.theory.certify import _exact_clique_search, _root_bound
 
-    rng = np.random.RandomState(seed)
-    A = np.triu(rng.rand(V, V) < density, 1)
-    A = A | A.T
     # denominators whose sums often land exactly on integers (row sums 1, n^2/(n+S) whole)
-    Kinv = {u: {int(w): Fraction(1, int(rng.choice([1, 2, 3, 4, 6])))
-                for w in np.flatnonzero(A[u])} for u in range(V)}
+    A, Kinv = _random_graph(seed, V, density, [1, 2, 3, 4, 6])
     best = _brute_force_best(A, Kinv)
     rank, clique, complete = _exact_clique_search(A, Kinv, 1, 10**6)
     assert complete and rank == best
