@@ -4,11 +4,11 @@ The blocks are read from the files at test time: ```python fences in ``README.md
 ``.. code-block:: python`` (also ``code``/``sourcecode``, ``py``/``python3``/``pycon``)
 directives, doctest blocks (``>>>`` paragraphs) and ``::`` literal blocks that hold
 doctests on the rST pages. Each block is one test, with an id ``page:line`` (the line of
-the fence, directive or ``::`` paragraph, or of the first ``>>>``), and runs alone in a fresh namespace, as if pasted into a new
-interpreter: in an empty temporary working directory, with ``MPLBACKEND=Agg`` and torch
-on one thread. Blocks written as doctests (``>>>``) also have their shown output
-compared (``ELLIPSIS`` and ``NORMALIZE_WHITESPACE``); other blocks must run without
-raising.
+the fence, directive or ``::`` paragraph, or of the first ``>>>``), and runs alone in a
+fresh namespace, as if pasted into a new interpreter: in an empty temporary working
+directory, with ``MPLBACKEND=Agg`` and torch on one thread. Blocks written as
+doctests (``>>>``) also have their shown output compared (``ELLIPSIS`` and
+``NORMALIZE_WHITESPACE``); other blocks must run without raising.
 
 A block that genuinely takes minutes may be marked on its page with an rST comment
 right before it, ``.. snippet: skip (takes N minutes)``; the test reports it as skipped
@@ -232,8 +232,8 @@ def test_parser_on_a_sample(tmp_path):
         (16, "python", "c = 3\n", None),
         (26, "python", "slow()\n", "takes 3 minutes"),
         (30, "doctest", ">>> 1 + 1\n2\n", None),
-        (35, "literal", "a/\n  b\n", None),
-        (40, "doctest", ">>> 2 * 3\n6\n", None),
+        (33, "literal", "a/\n  b\n", None),
+        (38, "doctest", ">>> 2 * 3\n6\n", None),
     ]
     md = tmp_path / "sample.md"
     md.write_text("# T\n\n```bash\nls\n```\n\n```python\nx = 1\n```\n", encoding="utf-8")
@@ -291,8 +291,7 @@ def _run_doctest(block):
     runner = doctest.DocTestRunner(
         optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     report = []
-    runner.run(test, out=report.append, clear_globs=True)
-    result = runner.summarize(verbose=False)
+    result = runner.run(test, out=report.append, clear_globs=True)
     assert result.failed == 0, "".join(report)
 
 
