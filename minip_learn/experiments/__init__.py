@@ -80,7 +80,7 @@ DOCS_ARTIFACTS = {
     "maps": dict(experiment="maps", quick=True, folder="extended/maps", minutes=1.5),
     "scaling-quick": dict(experiment="scaling", quick=True, folder="scaling/quick",
                           minutes=1),
-    "scaling": dict(experiment="scaling", quick=False, folder="scaling", minutes=25),
+    "scaling": dict(experiment="scaling", quick=False, folder="scaling", minutes=10),
 }
 
 

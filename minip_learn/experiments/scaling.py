@@ -120,7 +120,7 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
     quick : bool, default=True
         Use ``SETTINGS["scaling"]["quick"]`` (sizes 8-20, ``table`` maps, two seeds:
         under a minute on 2 cores) instead of ``"full"`` (sizes 8-32, ``table`` and
-        ``exp`` maps, five seeds: about 25 minutes on 2 cores with ``n_jobs=2``).
+        ``exp`` maps, five seeds: about 10 minutes on 2 idle cores with ``n_jobs=2``).
     out : str or path, default=None
         Folder for ``results.csv`` (one row per fit or construction), ``summary.csv``
         (one row per size, the columns
