@@ -2,7 +2,8 @@
 
 The README and the getting-started page quote the quick witness run's table; its source
 is ``docs/_static/witness-quick/summary.md`` (with its ``provenance.json``), written by
-``minip-learn reproduce docs-artifacts --only witness-quick``. Times are not compared
+``minip-learn reproduce docs-artifacts --only witness-quick``. The scaling page quotes
+the full grid's ``docs/_static/scaling/summary.csv`` as a table. Times are not compared
 (they belong to the machine); every outcome column is.
 """
 
@@ -73,3 +74,43 @@ def test_the_comparison_can_fail():
     assert _same("2.00", "2") and _same("0.490", "0.49") and _same("126", "125.7")
     assert not _same("0.897", "0.898") and not _same("127", "125.7")
     assert not _same("2/2", "0/2")
+
+
+def _list_table(text, caption):
+    """The rows of the rST ``list-table`` whose caption starts with ``caption``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines)
+                 if line.startswith(".. list-table:: " + caption))
+    rows, cells = [], None
+    for line in lines[start + 1:]:
+        stripped = line.strip()
+        if stripped.startswith("* - "):
+            cells = [stripped[4:]]
+            rows.append(cells)
+        elif stripped.startswith("- ") and cells is not None:
+            cells.append(stripped[2:])
+        elif stripped and not stripped.startswith(":") and not line.startswith("   "):
+            break
+    return [dict(zip(rows[0], row)) for row in rows[1:]]
+
+
+def test_scaling_page_table_equals_the_artifact():
+    import pandas as pd
+
+    folder = ROOT / "docs" / "_static" / "scaling"
+    stored = pd.read_csv(folder / "summary.csv").set_index("n_bits")
+    assert json.loads((folder / "provenance.json").read_text())["grid"] == "full"
+    rows = _list_table((ROOT / "docs" / "scaling.rst").read_text(), "Full grid")
+    assert [int(row["m"]) for row in rows] == list(stored.index)
+    columns = {"sequences": "n_sequences", "certified (lower)": "certified_min_rank",
+               "every probe failed at": "failed_rank_below",
+               "constructive": "constructive_rank"}
+    for row in rows:
+        s = stored.loc[int(row["m"])]
+        for quoted, column in columns.items():
+            assert int(row[quoted].replace(",", "")) == int(s[column]), (row["m"], quoted)
+        rank, route = row["smallest solving (upper)"].split(" ", 1)
+        assert int(rank) == int(s["smallest_solving_rank"])
+        assert route.strip("()") == s["upper_route"]
+        assert row["softmax solved (epochs)"].startswith(
+            "5/5" if s["softmax_solved"] == 1 else "")
