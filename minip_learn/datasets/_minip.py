@@ -6,6 +6,7 @@ import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
 from .._validation import check_float, check_int, check_sequences
+from ..compact import is_compact
 
 __all__ = ["minip_targets", "minip_gaps", "make_minip"]
 
@@ -38,14 +39,16 @@ def minip_targets(X):
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, seq_len, n_bits)
-        Binary (0/1) token sequences.
+    X : array-like of shape (n_samples, seq_len, n_bits) or CompactFamily
+        Binary (0/1) token sequences, or a family in multiset form.
 
     Returns
     -------
     y : ndarray of shape (n_samples, seq_len), dtype int64
         ``y[s, i] = min_j <X[s, i], X[s, j]>`` with ``j = i`` included, so that a
-        length-1 sequence gets ``|x_1|``.
+        length-1 sequence gets ``|x_1|``. For a
+        :class:`~minip_learn.compact.CompactFamily`, shape (n_samples, n_slots): the
+        target of every slot (0 at padding), computed without materialising ``X``.
 
     Raises
     ------
@@ -62,6 +65,8 @@ def minip_targets(X):
     >>> minip_targets(np.array([[[1, 0, 1]]]))
     array([[2]])
     """
+    if is_compact(X):
+        return X.targets()
     X, _ = check_sequences(X, binary=True)
     return token_overlaps(X).min(axis=2)
 

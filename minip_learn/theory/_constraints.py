@@ -20,6 +20,8 @@ from collections import Counter
 
 import numpy as np
 
+from ..compact import index_dtype, is_compact, overlap_words, pack_tokens, token_ids
+
 __all__ = ["Constraints", "Reach", "constraints", "constraints_reference", "isin", "reach",
            "reach_reference"]
 
@@ -51,76 +53,20 @@ class Reach:
         return len(self.x)
 
 
-def pack_tokens(tokens):
-    """Binary tokens ``(T, m)`` as big-endian 64-bit words ``(T, ceil(m / 64))``."""
-    tokens = np.asarray(tokens, dtype=np.uint8)
-    T, m = tokens.shape
-    n_words = max(1, -(-m // 64))
-    packed = np.packbits(tokens, axis=1)
-    if packed.shape[1] != 8 * n_words:
-        padded = np.zeros((T, 8 * n_words), dtype=np.uint8)
-        padded[:, : packed.shape[1]] = packed
-        packed = padded
-    return packed.view(">u8").astype(np.uint64)
-
-
-def overlap_words(words, a, b):
-    """Popcount of ``words[a] & words[b]`` summed over words (int64)."""
-    return np.bitwise_count(words[a] & words[b]).sum(axis=-1, dtype=np.int64)
-
-
-def _unique_rows(words):
-    """``np.unique(axis=0)`` of packed word rows: (unique rows, inverse)."""
-    if words.shape[1] == 1:
-        uniq, inv = np.unique(words[:, 0], return_inverse=True)
-        return uniq[:, None], inv.reshape(-1)
-    if not len(words):
-        return words, np.zeros(0, dtype=np.int64)
-    order = np.lexsort(words.T[::-1])
-    new = np.zeros(len(order), dtype=bool)
-    new[0] = True
-    for c in range(words.shape[1]):         # one column at a time
-        col = words[order, c]
-        new[1:] |= col[1:] != col[:-1]
-        del col
-    first = order[new]
-    inv = np.empty(len(order), dtype=index_dtype(len(first)))
-    inv[order] = np.cumsum(new, dtype=inv.dtype) - 1
-    return words[first], inv
-
-
-def _unpack(words, m):
-    bits = np.unpackbits(words.astype(">u8").view(np.uint8).reshape(len(words), -1), axis=1)
-    return np.ascontiguousarray(bits[:, :m])
-
-
-def token_ids(X):
-    """Distinct tokens (``np.unique(axis=0)`` order) and the id of every position."""
-    n, N, m = X.shape
-    flat = X.reshape(-1, m)
-    words = np.empty((len(flat), max(1, -(-m // 64))), dtype=np.uint64)
-    step = 1 << 20                          # packed in slices: no full-size temporaries
-    for a in range(0, len(flat), step):
-        words[a:a + step] = pack_tokens(flat[a:a + step])
-    uniq, inv = _unique_rows(words)
-    del words
-    return _unpack(uniq, m), inv.reshape(n, N)
-
-
 def _empty(tokens, N):
     e = np.zeros(0, dtype=np.int64)
     return Constraints(tokens, N, e, e, e, e, e)
 
 
 def _finish(tokens, N, triples, s1=None):
-    """Keep triples ``(x, y, z)`` with S1(x, y), S1(x, z) present and gap >= 2.
+    """Keep triples ``(x, y, z)`` with S1(x, y), S1(x, z) present and gap >= 2, once each.
 
     ``s1=None``: the triples are already restricted to present S1 multisets.
     """
     if not len(triples):
         return _empty(tokens, N)
-    T = len(tokens)
-    x, y, z = triples.T
+    T = np.int64(len(tokens))
+    x, y, z = (c.astype(np.int64) for c in triples.T)
     if s1 is not None:
         s1 = np.unique(s1)
         has = (isin(x * T + y, s1)) & (isin(x * T + z, s1))
@@ -129,11 +75,11 @@ def _finish(tokens, N, triples, s1=None):
     gap = overlap_words(words, x, z) - overlap_words(words, x, y)
     ok = gap >= 2
     x, y, z, gap = x[ok], y[ok], z[ok], gap[ok]
-    if float(T) ** 3 < 2.0 ** 62:           # triples are unique: one key sorts them
-        order = np.argsort((x * T + y) * T + z)
+    if float(T) ** 3 < 2.0 ** 62:           # one key sorts (and deduplicates) them
+        _, first = np.unique((x * T + y) * T + z, return_index=True)
     else:
-        order = np.lexsort((z, y, x))
-    x, y, z, gap = x[order], y[order], z[order], gap[order]
+        _, first = np.unique(np.stack([x, y, z], axis=1), axis=0, return_index=True)
+    x, y, z, gap = x[first], y[first], z[first], gap[first]
     return Constraints(tokens, N, x, y, z, (N - 2) * (gap - 1), gap)
 
 
@@ -147,96 +93,126 @@ def isin(values, sorted_unique):
 
 
 def constraints(X):
-    """R4 triples of a validated binary family ``X`` (vectorised).
+    """R4 triples of a validated binary family (vectorised).
 
     Parameters
     ----------
-    X : ndarray of shape (n_samples, seq_len, n_bits), 0/1 values
+    X : ndarray of shape (n_samples, seq_len, n_bits), 0/1 values, or CompactFamily
 
     Returns
     -------
     Constraints
     """
+    if is_compact(X):
+        return _slot_constraints(X.tokens, X.seq_len, *_three_slots(X.token_ids, X.counts))
     n, N, m = X.shape
     tokens, ids = token_ids(X)
     if N < 3:
         return _empty(tokens, N)
-    T = np.int64(len(tokens))
+    # each sequence's distinct tokens and their multiplicities (run lengths of the
+    # sorted ids); sequences of more than three distinct tokens constrain nothing
     srt = np.sort(ids, axis=1)
     del ids
     start = np.ones(srt.shape, dtype=bool)
     start[:, 1:] = srt[:, 1:] != srt[:, :-1]
-    n_distinct = start.sum(axis=1)
-    keep = n_distinct <= 3
+    keep = start.sum(axis=1) <= 3
     srt, start = srt[keep], start[keep]
-    # one row per multiset
-    if float(T) ** N < 2.0 ** 62:
-        code = np.zeros(len(srt), dtype=np.int64)
-        for k in range(N):
-            code = code * T + srt[:, k]
-        _, first = np.unique(code, return_index=True)
-    else:
-        _, first = np.unique(srt, axis=0, return_index=True)
-    srt, start = srt[first], start[first]
     slot = np.cumsum(start, axis=1, dtype=np.int8) - 1
-    del start
-    rows = np.arange(len(srt))[:, None]
+    rows = np.broadcast_to(np.arange(len(srt))[:, None], slot.shape)
     u = np.full((len(srt), 3), -1, dtype=np.int64)
-    u[np.broadcast_to(rows, slot.shape), slot] = srt
-    del srt, rows
+    c = np.zeros((len(srt), 3), dtype=np.int64)
+    u[rows, slot] = srt
+    np.add.at(c, (rows, slot), 1)
+    return _slot_constraints(tokens, N, u, c)
+
+
+def _three_slots(ids, counts):
+    """Rows of at most three distinct tokens as (n, 3) ids (-1 padding) and counts."""
+    real = ids >= 0
+    keep = real.sum(axis=1) <= 3
+    ids, counts, real = ids[keep], counts[keep], real[keep]
+    if ids.shape[1] > 3 or (~real[:, :-1] & real[:, 1:]).any():
+        order = np.argsort(~real, axis=1, kind="stable")[:, :3]   # real slots first
+        ids = np.take_along_axis(ids, order, axis=1)
+        counts = np.take_along_axis(counts, order, axis=1)
+    u = np.full((len(ids), 3), -1, dtype=np.int64)
+    c = np.zeros((len(ids), 3), dtype=np.int64)
+    u[:, :ids.shape[1]] = ids[:, :3]
+    c[:, :ids.shape[1]] = counts[:, :3]
+    return u, c
+
+
+#: sequences matched against the R4 multisets at a time
+SLOT_CHUNK = 1 << 22
+
+
+def _slot_constraints(tokens, N, u, c):
+    """R4 triples from sequences given as three (id, count) slots each.
+
+    Two passes in slices of :data:`SLOT_CHUNK` sequences: the S1 multisets
+    ``{x, y^(N-1)}`` first, then the triples ``{x, y, z^(N-2)}`` whose two S1 are
+    present. A slot of count 0 is empty; ``y`` or ``z`` may equal ``x``.
+    """
+    if N < 3:
+        return _empty(tokens, N)
+    T = np.int64(len(tokens))
     base = N + 1
-    sig = sum((slot == k).sum(axis=1) * base ** k for k in range(3))
-    del slot
-    by_sig = {}
 
-    def match(req):
-        # rows whose (count of slot 0, 1, 2) equals req; a slot counted 0 is empty
-        code = int(sum(int(r) * base ** k for k, r in enumerate(req)))
-        if code not in by_sig:
-            by_sig[code] = np.flatnonzero(sig == code)
-        return by_sig[code]
+    def sig_of(counts):
+        return counts[:, 0] + counts[:, 1] * base + counts[:, 2] * base * base
 
-    s1 = []
-    for p in range(3):
-        for q in range(3):
+    def patterns(*parts):
+        out = []
+        for roles in parts:
             req = np.zeros(3, dtype=np.int64)
-            req[p] += 1
-            req[q] += N - 1
-            ok = match(req)
-            s1.append(u[ok, p] * T + u[ok, q])
-    s1 = np.sort(np.concatenate(s1))
-    s1 = s1[np.append(True, s1[1:] != s1[:-1])] if len(s1) else s1
-    triples = []
-    for p in range(3):
-        for q in range(3):
-            for r in range(3):
-                if r == q:
-                    continue
-                req = np.zeros(3, dtype=np.int64)
-                req[p] += 1
-                req[q] += 1
-                req[r] += N - 2
-                ok = match(req)
-                x, y, z = u[ok, p], u[ok, q], u[ok, r]
-                # only triples whose S1(x, y) and S1(x, z) are present are kept
-                has = isin(x * T + y, s1) & isin(x * T + z, s1)
-                triples.append(np.stack([x[has], y[has], z[has]], axis=1))
-    del u
-    by_sig.clear()
+            for slot, count in roles:
+                req[slot] += count
+            out.append(int(req[0] + req[1] * base + req[2] * base * base))
+        return out
+
+    s1_roles = [(p, q) for p in range(3) for q in range(3)]
+    s1_codes = patterns(*[((p, 1), (q, N - 1)) for p, q in s1_roles])
+    s3_roles = [(p, q, r) for p in range(3) for q in range(3) for r in range(3) if r != q]
+    s3_codes = patterns(*[((p, 1), (q, 1), (r, N - 2)) for p, q, r in s3_roles])
+    s1 = []
+    for a in range(0, len(u), SLOT_CHUNK):
+        uu, sig = u[a:a + SLOT_CHUNK], sig_of(c[a:a + SLOT_CHUNK])
+        for (p, q), code in zip(s1_roles, s1_codes):
+            ok = sig == code
+            s1.append(uu[ok, p] * T + uu[ok, q])
+    s1 = np.unique(np.concatenate(s1)) if s1 else np.zeros(0, dtype=np.int64)
+    triples = [np.zeros((0, 3), dtype=np.int64)]
+    for a in range(0, len(u), SLOT_CHUNK):
+        uu, sig = u[a:a + SLOT_CHUNK], sig_of(c[a:a + SLOT_CHUNK])
+        for (p, q, r), code in zip(s3_roles, s3_codes):
+            ok = np.flatnonzero(sig == code)
+            x, y, z = uu[ok, p], uu[ok, q], uu[ok, r]
+            has = isin(x * T + y, s1) & isin(x * T + z, s1)
+            triples.append(np.stack([x[has], y[has], z[has]], axis=1).astype(index_dtype(T)))
     return _finish(tokens, N, np.concatenate(triples))
 
 
 def constraints_reference(X):
-    """R4 triples of a validated binary family ``X`` (plain Python over multisets)."""
-    n, N, m = X.shape
-    tokens, inv = np.unique(X.reshape(-1, m).astype(np.uint8), axis=0, return_inverse=True)
+    """R4 triples of a validated binary family (plain Python over multisets).
+
+    ``X`` is an array of sequences or a CompactFamily.
+    """
+    if is_compact(X):
+        tokens, N = X.tokens, X.seq_len
+        multisets = {tuple(sorted((i, c) for i, c in zip(ids, cnt) if i >= 0))
+                     for ids, cnt in zip(X.token_ids.tolist(), X.counts.tolist())}
+    else:
+        n, N, m = X.shape
+        tokens, inv = np.unique(X.reshape(-1, m).astype(np.uint8), axis=0,
+                                return_inverse=True)
+        ids = np.asarray(inv).reshape(n, N)
+        multisets = {tuple(sorted(Counter(row).items())) for row in ids.tolist()}
     if N < 3:
         return _empty(tokens, N)
-    ids = np.asarray(inv).reshape(n, N)
     T = len(tokens)
     s1, triples = [], []
-    for ms in {tuple(sorted(row)) for row in ids.tolist()}:
-        c = Counter(ms)
+    for ms in multisets:
+        c = Counter(dict(ms))
         if len(c) > 3:
             continue
         for x in c:
@@ -334,11 +310,6 @@ def reach(cons):
     for c in range(5):
         cols[c] = cols[c][order]
     return Reach(*cols)
-
-
-def index_dtype(n):
-    """int32 when indices below ``n`` fit in it, else int64."""
-    return np.int32 if int(n) < 2**31 else np.int64
 
 
 def reach_reference(cons):

@@ -44,6 +44,7 @@ from fractions import Fraction
 import numpy as np
 
 from .._validation import check_sequences
+from ..compact import is_compact
 from ._constraints import constraints, constraints_reference, isin, reach, reach_reference
 from ._selection import prune_rows, reciprocal, reciprocals
 from .bounds import integer_above, rank_from_denominators, rank_from_sums, resolve_near_integer
@@ -338,7 +339,8 @@ def family_constraints(X):
     >>> [(overlap(q, a), overlap(q, b), K) for q in edges for a, b, K in edges[q]]
     [(0, 2, 1)]
     """
-    X, _ = check_sequences(X, binary=True)
+    if not is_compact(X):
+        X, _ = check_sequences(X, binary=True)
     cons = constraints(X)
     edges = {}
     for x, y, z, K in zip(cons.x.tolist(), cons.y.tolist(), cons.z.tolist(), cons.K.tolist()):
@@ -731,8 +733,10 @@ def certify(X, *, return_certificate=False):
 
     Parameters
     ----------
-    X : array-like of shape (n_samples, seq_len, n_bits)
-        Binary token sequences (one common length).
+    X : array-like of shape (n_samples, seq_len, n_bits) or CompactFamily
+        Binary token sequences (one common length), or the same family in multiset
+        form (:class:`~minip_learn.compact.CompactFamily`): the certificate depends
+        only on each sequence's multiset, and the compact form is never materialised.
     return_certificate : bool, default=False
         Also return the :class:`Certificate` (queries, keys, eps matrix, chains...),
         which :func:`~minip_learn.theory.verify_certificate` checks independently.
@@ -761,14 +765,15 @@ def certify(X, *, return_certificate=False):
     >>> rank, len(cert.queries)
     (8, 10)
     """
-    X, _ = check_sequences(X, binary=True)
+    if not is_compact(X):
+        X, _ = check_sequences(X, binary=True)
     cert = _certify(X)
     return (cert.certified_min_rank, cert) if return_certificate else cert.certified_min_rank
 
 
 def _certify(X, *, reference=False):
     """Certificate of a validated binary family (``reference``: plain-Python chains)."""
-    if X.dtype != np.uint8:
+    if not is_compact(X) and X.dtype != np.uint8:
         X = X.astype(np.uint8)
     N = X.shape[1]
     if reference:

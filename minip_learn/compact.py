@@ -1,0 +1,426 @@
+"""Families of Min-IP sequences in multiset ("compact") form (numpy only).
+
+Min-IP targets, normalised kernel heads and softmax heads without positional maps see
+a sequence only through its *multiset* of tokens: the target of a token is its least
+overlap with the tokens present, and a head's output at a token is a weighted mean over
+the distinct tokens, each weighted by how often it occurs. A witness family of length
+``N`` holds two or three distinct tokens per sequence, so it is stored as
+
+* ``tokens`` (T, n_bits): the distinct tokens, 0/1;
+* ``token_ids`` (n_sequences, k): indices into ``tokens``, ``-1`` for padding;
+* ``counts`` (n_sequences, k): multiplicities, 0 exactly at padding; every row sums to
+  the same sequence length ``N``.
+
+:class:`CompactFamily` holds the three arrays, validates them once, and materialises
+``(n, N, n_bits)`` sequences only on request (:meth:`CompactFamily.to_sequences`, or in
+slices with :meth:`CompactFamily.iter_sequences`). The order of the slots is the order
+of the tokens in a materialised sequence (slot 0 first, each repeated ``count`` times).
+Every per-token result on a compact family (targets, predictions) has shape
+``(n_sequences, k)``, aligned with ``token_ids``, and holds 0 at padding.
+"""
+
+import numbers
+from pathlib import Path
+
+import numpy as np
+
+from ._validation import check_binary, check_int, check_sequences, distinct_tokens
+
+__all__ = ["MATERIALIZE_MAX_BYTES", "CompactFamily", "index_dtype", "is_compact",
+           "load_family", "overlap_words", "pack_tokens", "token_ids"]
+
+#: the witness suites materialise ``X`` only when it takes at most this many bytes
+MATERIALIZE_MAX_BYTES = 1 << 28
+
+#: file format marker of :meth:`CompactFamily.save`
+NPZ_FORMAT = "minip-learn compact family"
+
+
+def _smallest_int(max_value, min_value=0):
+    """The smallest signed integer dtype holding ``min_value..max_value``."""
+    for dt in (np.int8, np.int16, np.int32, np.int64):
+        info = np.iinfo(dt)
+        if info.min <= min_value and max_value <= info.max:
+            return np.dtype(dt)
+    raise ValueError(f"values up to {max_value} do not fit a 64-bit integer.")
+
+
+def _integer_array(a, name, ndim):
+    arr = np.asarray(a)
+    if arr.dtype == bool or arr.dtype.kind not in "iu":
+        if arr.dtype.kind == "f" and arr.size and np.isfinite(arr).all() \
+                and (arr == np.round(arr)).all():
+            arr = arr.astype(np.int64)
+        else:
+            raise ValueError(f"{name} must hold integers; got dtype {arr.dtype}.")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D; got shape {arr.shape}.")
+    return arr
+
+
+class CompactFamily:
+    """A family of Min-IP sequences stored as multisets of tokens.
+
+    Parameters
+    ----------
+    tokens : array-like of shape (n_tokens, n_bits)
+        Distinct 0/1 tokens.
+    token_ids : array-like of shape (n_sequences, k)
+        Row indices into ``tokens``, ``-1`` for padding; a token appears at most once
+        per sequence (its multiplicity is in ``counts``).
+    counts : array-like of shape (n_sequences, k)
+        Multiplicities: ``>= 1`` where ``token_ids >= 0``, 0 at padding; every row sums
+        to the same sequence length.
+
+    Raises
+    ------
+    ValueError
+        Naming the problem: tokens not 2-D 0/1 or repeated, ids out of range,
+        negative counts, counts that do not sum to the same length, padding with a
+        count, a token twice in a sequence, mismatched shapes.
+
+    Attributes
+    ----------
+    tokens, token_ids, counts : ndarray
+        The validated arrays (ids and counts in the smallest integer dtypes).
+    shape : tuple
+        ``(n_sequences, seq_len, n_bits)``: the shape of the materialised family, so
+        that scikit-learn's splitters and ``GridSearchCV`` index it like an array.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.compact import CompactFamily
+    >>> fam = CompactFamily([[1, 1, 0], [0, 0, 1]], [[0, 1], [1, -1]], [[1, 2], [3, 0]])
+    >>> fam.shape
+    (2, 3, 3)
+    >>> fam.to_sequences()[0].tolist()
+    [[1, 1, 0], [0, 0, 1], [0, 0, 1]]
+    >>> fam[[1]].token_ids.tolist()
+    [[1, -1]]
+    """
+
+    ndim = 3
+
+    def __init__(self, tokens, token_ids, counts):
+        tokens = np.asarray(tokens)
+        if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
+            raise ValueError(f"tokens must be a non-empty 2-D array (n_tokens, n_bits); "
+                             f"got shape {tokens.shape}.")
+        if tokens.dtype.kind not in "biuf":
+            raise ValueError(f"tokens must hold 0/1 numbers; got dtype {tokens.dtype}.")
+        check_binary(tokens, name="tokens")
+        tokens = tokens.astype(np.uint8)
+        if len(distinct_tokens(tokens)) != len(tokens):
+            raise ValueError("tokens holds a token twice; the tokens of a compact family "
+                             "must be distinct.")
+        ids = _integer_array(token_ids, "token_ids", 2)
+        cnt = _integer_array(counts, "counts", 2)
+        if ids.shape != cnt.shape:
+            raise ValueError(f"token_ids {ids.shape} and counts {cnt.shape} must have the "
+                             "same shape.")
+        if ids.shape[0] == 0 or ids.shape[1] == 0:
+            raise ValueError(f"a compact family needs >= 1 sequence and >= 1 slot; "
+                             f"got token_ids of shape {ids.shape}.")
+        self.tokens = tokens
+        self.token_ids, self.counts, self._seq_len = self._check_rows(ids, cnt, len(tokens))
+
+    @staticmethod
+    def _check_rows(ids, cnt, T):
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < -1 or hi >= T:
+            bad = lo if lo < -1 else hi
+            raise ValueError(f"token_ids holds {bad}, outside -1..{T - 1} (-1 is padding; "
+                             f"there are {T} tokens).")
+        if int(cnt.min()) < 0:
+            r = int(np.argwhere(cnt < 0)[0, 0])
+            raise ValueError(f"counts holds a negative multiplicity (sequence {r}).")
+        pad = ids < 0
+        if (cnt[pad] != 0).any() or (cnt[~pad] < 1).any():
+            r = int(np.argwhere((pad & (cnt != 0)) | (~pad & (cnt < 1)))[0, 0])
+            raise ValueError(f"sequence {r}: counts must be 0 exactly at padding "
+                             "(token_ids == -1) and >= 1 elsewhere.")
+        k = ids.shape[1]
+        for a in range(k):
+            for b in range(a + 1, k):
+                same = (ids[:, a] == ids[:, b]) & ~pad[:, a]
+                if same.any():
+                    r = int(np.flatnonzero(same)[0])
+                    raise ValueError(f"sequence {r} lists token {int(ids[r, a])} twice in "
+                                     "token_ids; merge its counts.")
+        lengths = cnt.sum(axis=1, dtype=np.int64)
+        N = int(lengths[0])
+        if (lengths != N).any():
+            r = int(np.flatnonzero(lengths != N)[0])
+            raise ValueError(f"counts must sum to the same sequence length in every row; "
+                             f"row 0 sums to {N}, row {r} to {int(lengths[r])}.")
+        if N < 1:
+            raise ValueError("every sequence needs at least one token (counts sum to 0).")
+        ids = ids.astype(_smallest_int(T - 1, -1), copy=False)
+        cnt = cnt.astype(_smallest_int(N), copy=False)
+        return ids, cnt, N
+
+    @classmethod
+    def _trusted(cls, tokens, token_ids, counts, seq_len):
+        """A family from arrays already validated (subsets of a validated family)."""
+        fam = cls.__new__(cls)
+        fam.tokens, fam.token_ids, fam.counts, fam._seq_len = tokens, token_ids, counts, seq_len
+        return fam
+
+    @classmethod
+    def from_sequences(cls, X):
+        """The compact form of materialised sequences ``X`` (n, N, n_bits).
+
+        Tokens are the distinct rows of ``X`` (``np.unique`` order); each sequence's
+        slots list its distinct tokens in order of first occurrence.
+        """
+        X, _ = check_sequences(X, binary=True)
+        n, N, m = X.shape
+        tokens, ids = token_ids(X.astype(np.uint8, copy=False))
+        ids = ids.astype(np.int64)
+        # stable sort by id, run-length count, then restore order of first occurrence
+        order = np.argsort(ids, axis=1, kind="stable")
+        srt = np.take_along_axis(ids, order, axis=1)
+        new = np.ones((n, N), dtype=bool)
+        new[:, 1:] = srt[:, 1:] != srt[:, :-1]
+        k = int(new.sum(axis=1).max())
+        slot = np.cumsum(new, axis=1) - 1
+        rows = np.broadcast_to(np.arange(n)[:, None], (n, N))
+        out_ids = np.full((n, k), -1, dtype=np.int64)
+        out_cnt = np.zeros((n, k), dtype=np.int64)
+        first = np.full((n, k), N, dtype=np.int64)
+        out_ids[rows, slot] = srt
+        np.add.at(out_cnt, (rows, slot), 1)
+        np.minimum.at(first, (rows, slot), order)
+        by_first = np.argsort(first, axis=1, kind="stable")
+        return cls(tokens, np.take_along_axis(out_ids, by_first, axis=1),
+                   np.take_along_axis(out_cnt, by_first, axis=1))
+
+    # -- shape ------------------------------------------------------------------------
+    @property
+    def n_sequences(self):
+        return len(self.token_ids)
+
+    @property
+    def seq_len(self):
+        return self._seq_len
+
+    @property
+    def n_bits(self):
+        return self.tokens.shape[1]
+
+    @property
+    def shape(self):
+        return (self.n_sequences, self._seq_len, self.n_bits)
+
+    @property
+    def n_slots(self):
+        """Slots per sequence ``k`` (the most distinct tokens of a sequence)."""
+        return self.token_ids.shape[1]
+
+    @property
+    def padding(self):
+        """Boolean mask (n_sequences, k) of the padding slots."""
+        return self.token_ids < 0
+
+    @property
+    def materialized_nbytes(self):
+        """Bytes of the materialised ``uint8`` sequences."""
+        n, N, m = self.shape
+        return n * N * m
+
+    def __len__(self):
+        return self.n_sequences
+
+    def __repr__(self):
+        n, N, m = self.shape
+        return (f"CompactFamily(n_sequences={n}, seq_len={N}, n_bits={m}, "
+                f"n_tokens={len(self.tokens)}, n_slots={self.n_slots})")
+
+    def __getitem__(self, key):
+        """Sequences selected by an int, slice, index or mask array (``fam[idx, ...]``
+        as well: scikit-learn indexes arrays that way)."""
+        if isinstance(key, tuple):
+            if len(key) == 2 and key[1] is Ellipsis:
+                key = key[0]
+            else:
+                raise IndexError("a CompactFamily is indexed by sequences only.")
+        if isinstance(key, numbers.Integral):
+            key = [int(key)]
+        ids, cnt = self.token_ids[key], self.counts[key]
+        if ids.ndim != 2:
+            raise IndexError(f"cannot index a CompactFamily with {key!r}.")
+        return CompactFamily._trusted(self.tokens, ids, cnt, self._seq_len)
+
+    def __eq__(self, other):
+        if not isinstance(other, CompactFamily):
+            return NotImplemented
+        return (self.shape == other.shape and np.array_equal(self.tokens, other.tokens)
+                and np.array_equal(self.token_ids, other.token_ids)
+                and np.array_equal(self.counts, other.counts))
+
+    __hash__ = None
+
+    # -- views ------------------------------------------------------------------------
+    def slot_tokens(self, rows=slice(None)):
+        """Tokens of the slots (n, k, n_bits) uint8; padding repeats slot 0's token.
+
+        With :attr:`counts` (0 at padding) this is what the torch heads read: a padding
+        slot adds nothing to any attention sum, and its own output and target are those
+        of slot 0's token in the same sequence.
+        """
+        ids = self.token_ids[rows].astype(np.int64)
+        ids = np.where(ids < 0, ids[:, :1], ids)
+        return self.tokens[ids]
+
+    def to_sequences(self, rows=slice(None)):
+        """Materialised sequences (n, N, n_bits) uint8 of the selected ``rows``."""
+        ids = self.token_ids[rows].astype(np.int64)
+        cnt = self.counts[rows].astype(np.int64)
+        n, k = ids.shape
+        flat = np.repeat(ids.ravel(), cnt.ravel())
+        return self.tokens[flat].reshape(n, self._seq_len, self.n_bits)
+
+    def expand(self, values, rows=slice(None)):
+        """Per-slot ``values`` (n, k) spread to the positions (n, N) of the sequences."""
+        values = np.asarray(values)
+        cnt = self.counts[rows].astype(np.int64)
+        return np.repeat(values.reshape(-1), cnt.ravel()).reshape(len(cnt), self._seq_len)
+
+    def iter_sequences(self, chunk_size=None):
+        """Yield the materialised sequences in slices of ``chunk_size`` sequences
+        (default: slices of about 64 MiB)."""
+        if chunk_size is None:
+            chunk_size = max(1, (1 << 26) // max(1, self._seq_len * self.n_bits))
+        chunk_size = check_int(chunk_size, "chunk_size", min_value=1)
+        for a in range(0, self.n_sequences, chunk_size):
+            yield self.to_sequences(slice(a, a + chunk_size))
+
+    def targets(self, rows=slice(None)):
+        """Exact Min-IP targets per slot (n, k) int64; 0 at padding.
+
+        A slot's target is its token's least overlap with the tokens present in its
+        sequence (itself included), computed with popcounts on packed tokens.
+        """
+        ids = self.token_ids[rows].astype(np.int64)
+        words = pack_tokens(self.tokens)
+        n, k = ids.shape
+        out = np.zeros((n, k), dtype=np.int64)
+        for a in range(k):
+            real_a = ids[:, a] >= 0
+            best = np.full(n, np.iinfo(np.int64).max)
+            for b in range(k):
+                ok = real_a & (ids[:, b] >= 0)
+                ov = overlap_words(words, np.maximum(ids[:, a], 0), np.maximum(ids[:, b], 0))
+                best = np.where(ok, np.minimum(best, ov), best)
+            out[:, a] = np.where(real_a, best, 0)
+        return out
+
+    # -- files ------------------------------------------------------------------------
+    def save(self, path):
+        """Write the family to ``path`` (``.npz``), readable by :func:`load_family`."""
+        path = Path(path)
+        with open(path, "wb") as fh:
+            np.savez_compressed(fh, format=np.array(NPZ_FORMAT), tokens=self.tokens,
+                                token_ids=self.token_ids, counts=self.counts)
+        return path
+
+
+def is_compact(X):
+    """Whether ``X`` is a :class:`CompactFamily`."""
+    return isinstance(X, CompactFamily)
+
+
+def load_family(path):
+    """A family from a file: a compact ``.npz`` or an ``.npy`` array of sequences.
+
+    Returns a :class:`CompactFamily` for ``.npz`` files (``tokens``, ``token_ids``,
+    ``counts``) and the array for ``.npy`` files; a :class:`ValueError` naming the file
+    for anything else.
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            data = np.load(fh, allow_pickle=False)
+            if isinstance(data, np.ndarray):
+                return data
+            with data:
+                missing = [k for k in ("tokens", "token_ids", "counts") if k not in data]
+                if missing:
+                    raise ValueError(f"{path} is an .npz file without {', '.join(missing)}; "
+                                     "a compact family holds tokens, token_ids and counts.")
+                arrays = {k: data[k] for k in ("tokens", "token_ids", "counts")}
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    except ValueError as exc:
+        if str(path) in str(exc):
+            raise
+        raise ValueError(f"{path} is neither an .npy array nor an .npz compact family "
+                         f"({exc}).") from None
+    try:
+        return CompactFamily(**arrays)
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def pack_tokens(tokens):
+    """Binary tokens ``(T, m)`` as big-endian 64-bit words ``(T, ceil(m / 64))``."""
+    tokens = np.asarray(tokens, dtype=np.uint8)
+    T, m = tokens.shape
+    n_words = max(1, -(-m // 64))
+    packed = np.packbits(tokens, axis=1)
+    if packed.shape[1] != 8 * n_words:
+        padded = np.zeros((T, 8 * n_words), dtype=np.uint8)
+        padded[:, : packed.shape[1]] = packed
+        packed = padded
+    return packed.view(">u8").astype(np.uint64)
+
+
+def overlap_words(words, a, b):
+    """Popcount of ``words[a] & words[b]`` summed over words (int64): the overlaps
+    ``<tokens[a], tokens[b]>`` of packed tokens (:func:`pack_tokens`), exactly."""
+    return np.bitwise_count(words[a] & words[b]).sum(axis=-1, dtype=np.int64)
+
+
+def index_dtype(n):
+    """int32 when indices below ``n`` fit in it, else int64."""
+    return np.int32 if int(n) < 2**31 else np.int64
+
+
+def _unique_rows(words):
+    """``np.unique(axis=0)`` of packed word rows: (unique rows, inverse)."""
+    if words.shape[1] == 1:
+        uniq, inv = np.unique(words[:, 0], return_inverse=True)
+        return uniq[:, None], inv.reshape(-1)
+    if not len(words):
+        return words, np.zeros(0, dtype=np.int64)
+    order = np.lexsort(words.T[::-1])
+    new = np.zeros(len(order), dtype=bool)
+    new[0] = True
+    for c in range(words.shape[1]):         # one column at a time
+        col = words[order, c]
+        new[1:] |= col[1:] != col[:-1]
+        del col
+    first = order[new]
+    inv = np.empty(len(order), dtype=index_dtype(len(first)))
+    inv[order] = np.cumsum(new, dtype=inv.dtype) - 1
+    return words[first], inv
+
+
+def _unpack(words, m):
+    bits = np.unpackbits(words.astype(">u8").view(np.uint8).reshape(len(words), -1), axis=1)
+    return np.ascontiguousarray(bits[:, :m])
+
+
+def token_ids(X):
+    """Distinct tokens (``np.unique(axis=0)`` order) and the id of every position of
+    validated binary sequences ``X`` (n, N, m)."""
+    n, N, m = X.shape
+    flat = X.reshape(-1, m)
+    words = np.empty((len(flat), max(1, -(-m // 64))), dtype=np.uint64)
+    step = 1 << 20                          # packed in slices: no full-size temporaries
+    for a in range(0, len(flat), step):
+        words[a:a + step] = pack_tokens(flat[a:a + step])
+    uniq, inv = _unique_rows(words)
+    del words
+    return _unpack(uniq, m), inv.reshape(n, N)
