@@ -27,7 +27,7 @@ import numpy as np
 from ._validation import check_binary, check_int, check_sequences, distinct_tokens
 
 __all__ = ["MATERIALIZE_MAX_BYTES", "CompactFamily", "index_dtype", "is_compact",
-           "load_family", "overlap_words", "pack_tokens", "token_ids"]
+           "load_family", "merge_slots", "overlap_words", "pack_tokens", "token_ids"]
 
 #: the witness suites materialise ``X`` only when it takes at most this many bytes
 MATERIALIZE_MAX_BYTES = 1 << 28
@@ -166,6 +166,14 @@ class CompactFamily:
         fam = cls.__new__(cls)
         fam.tokens, fam.token_ids, fam.counts, fam._seq_len = tokens, token_ids, counts, seq_len
         return fam
+
+    @classmethod
+    def from_slots(cls, tokens, token_ids, counts):
+        """A family whose sequences may list a token in several slots: the counts of
+        equal ids in a row are merged into the first of them (later slots become
+        padding, moved to the end)."""
+        ids, cnt = merge_slots(token_ids, counts)
+        return cls(tokens, ids, cnt)
 
     @classmethod
     def from_sequences(cls, X):
@@ -324,6 +332,29 @@ class CompactFamily:
             np.savez_compressed(fh, format=np.array(NPZ_FORMAT), tokens=self.tokens,
                                 token_ids=self.token_ids, counts=self.counts)
         return path
+
+
+def merge_slots(token_ids, counts):
+    """Merge repeated ids within each row of ``(n, k)`` ids and counts.
+
+    The count of a repeated id is added to its first slot and the later slot becomes
+    padding (-1, count 0); padding is then moved to the end of each row (stable), and
+    columns that are padding in every row are dropped.
+    """
+    ids = np.array(token_ids, dtype=np.int64)
+    cnt = np.array(counts, dtype=np.int64)
+    k = ids.shape[1]
+    for b in range(1, k):
+        for a in range(b):
+            same = (ids[:, b] == ids[:, a]) & (ids[:, a] >= 0)
+            cnt[same, a] += cnt[same, b]
+            cnt[same, b] = 0
+            ids[same, b] = -1
+    order = np.argsort(ids < 0, axis=1, kind="stable")
+    ids = np.take_along_axis(ids, order, axis=1)
+    cnt = np.take_along_axis(cnt, order, axis=1)
+    used = max(1, int((ids >= 0).sum(axis=1).max(initial=1)))
+    return ids[:, :used], cnt[:, :used]
 
 
 def is_compact(X):

@@ -24,6 +24,7 @@ from ..theory import (
     witness_family,
 )
 from ..theory.design import LADDER_GAPS
+from ..compact import MATERIALIZE_MAX_BYTES
 from ._minip import minip_targets, seed_param
 
 __all__ = ["make_witness_suite"]
@@ -213,8 +214,14 @@ def make_witness_suite(
     Returns
     -------
     data : :class:`~sklearn.utils.Bunch`
-        ``X`` (n_sequences, seq_len, n_bits) uint8; ``y`` exact targets; ``tokens``
-        (distinct tokens); ``queries`` and ``designated_keys`` (their complements;
+        ``family``: the sequences in multiset form
+        (:class:`~minip_learn.compact.CompactFamily`), with its arrays ``tokens``
+        (the distinct tokens, ``np.unique`` order), ``token_ids`` (n_sequences, k;
+        -1 padding) and ``counts`` (n_sequences, k), and ``slot_targets`` (n_sequences,
+        k) the exact target of every slot; ``X`` (n_sequences, seq_len, n_bits) uint8
+        and ``y`` its exact targets, materialised only when ``X`` takes at most
+        :data:`~minip_learn.compact.MATERIALIZE_MAX_BYTES` (256 MiB), None otherwise
+        (``family.iter_sequences()`` yields ``X`` in slices); ``queries`` and ``designated_keys`` (their complements;
         ``keys`` would shadow ``dict.keys``); ``certified_min_rank`` (from
         :func:`~minip_learn.theory.certify`); ``design_bound`` (predicted from the
         design, never above ``certified_min_rank``); ``constructive_rank`` (number of
@@ -244,17 +251,18 @@ def make_witness_suite(
         construction, n_bits, seq_len, max_sequences, n_queries)
     words = d.words[:n]
     steps = d.steps[:n, :n]
-    X = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps)
+    family = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps,
+                            compact=True)
     if rng is not None:
-        X = X[rng.permutation(len(X))]
-    rank, cert = certify(X, return_certificate=True)
+        family = family[rng.permutation(len(family))]
+    rank, cert = certify(family, return_certificate=True)
     params = dict(
         n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
         n_queries=int(n), ladder_gap=d.ladder_gap,
         ladder_steps=int(steps.max(initial=0)), max_sequences=max_sequences,
         random_state=seed_param(random_state),
     )
-    return _suite_bunch(X, d, n, words, rank, cert, design_bound, params)
+    return _suite_bunch(family, d, n, words, rank, cert, design_bound, params)
 
 
 def _check_suite_params(n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap,
@@ -329,13 +337,18 @@ def _choose_design(designs, construction, n_bits, seq_len, max_sequences, n_quer
     return design_bound, d, n
 
 
-def _suite_bunch(X, d, n, words, rank, cert, design_bound, params):
+def _suite_bunch(family, d, n, words, rank, cert, design_bound, params):
     """The :class:`~sklearn.utils.Bunch` returned by :func:`make_witness_suite`."""
-    tokens = cert.tokens   # the distinct tokens, np.unique order
+    tokens = family.tokens   # the distinct tokens, np.unique order
     off = ~np.eye(n, dtype=bool)
+    X = family.to_sequences() if family.materialized_nbytes <= MATERIALIZE_MAX_BYTES else None
     return Bunch(
         X=X,
-        y=minip_targets(X),
+        y=None if X is None else minip_targets(X),
+        family=family,
+        token_ids=family.token_ids,
+        counts=family.counts,
+        slot_targets=family.targets(),
         tokens=tokens,
         queries=words.copy(),
         designated_keys=(1 - words).astype(np.uint8),
@@ -346,7 +359,7 @@ def _suite_bunch(X, d, n, words, rank, cert, design_bound, params):
         construction=d.name,
         params=params,
         DESCR=_DESCR.format(
-            construction=d.name, n_sequences=len(X), seq_len=params["seq_len"],
+            construction=d.name, n_sequences=len(family), seq_len=params["seq_len"],
             n_tokens=len(tokens), n_bits=params["n_bits"], code=d.code_desc, n_queries=n,
             min_distance=int(d.dist[:n, :n][off].min()) if n > 1 else 0,
             ladder_gap=d.ladder_gap, ladder_steps=params["ladder_steps"],

@@ -33,7 +33,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from .._validation import check_int
+from .._validation import check_int, distinct_tokens
+from ..compact import CompactFamily
 from ._selection import prune_rows, reciprocal
 from .bounds import rank_from_denominators, rank_from_sums, resolve_near_integer
 from .certify import certify
@@ -233,7 +234,7 @@ def witness_bound(words, seq_len, *, ladder_gap=None):
     return design_rank(K), _family_size(n, steps.max(axis=1) if n else 0)
 
 
-def witness_family(words, seq_len, *, ladder_gap=None, steps=None):
+def witness_family(words, seq_len, *, ladder_gap=None, steps=None, compact=False):
     """The sequences of the witness family on ``words`` (:ref:`theory-witness`).
 
     For each query ``x_i`` (key ``k_i = ~x_i``, ladder ``w_(i,t)`` = ``k_i`` plus the
@@ -241,8 +242,9 @@ def witness_family(words, seq_len, *, ladder_gap=None, steps=None):
     ``S1(x_i, k_i)``; for every ``j != i``, ``S1(x_i, k_j)`` and
     ``S3(x_i, w_(i,t_ij), k_j)``; then for every ladder step ``t``, ``S1(x_i, w_(i,t))``
     and ``S3(x_i, w_(i,t-1), w_(i,t))``; where ``S1(x, a) = (x, a, ..., a)`` and
-    ``S3(x, a, b) = (x, a, b, ..., b)``. Built with array operations (no loop over
-    sequences).
+    ``S3(x, a, b) = (x, a, b, ..., b)``. Built in multiset form with array operations
+    (no loop over sequences); a token that occurs in several roles of a sequence (a
+    key equal to the query, say) has its multiplicities merged.
 
     Parameters
     ----------
@@ -255,10 +257,13 @@ def witness_family(words, seq_len, *, ladder_gap=None, steps=None):
     steps : array-like of shape (n, n), default=None
         Ladder steps ``t_ij`` before the last step to ``k_j``; default: those of
         :func:`witness_denominators`.
+    compact : bool, default=False
+        Return the :class:`~minip_learn.compact.CompactFamily` (tokens in
+        ``np.unique`` order) instead of the materialised sequences.
 
     Returns
     -------
-    X : ndarray of shape (n_sequences, seq_len, n_bits), dtype uint8
+    X : ndarray of shape (n_sequences, seq_len, n_bits), dtype uint8, or CompactFamily
 
     Examples
     --------
@@ -266,6 +271,8 @@ def witness_family(words, seq_len, *, ladder_gap=None, steps=None):
     >>> X = witness_family(hadamard_code(24), 3)
     >>> X.shape, certify(X)
     ((4186, 3, 24), 17)
+    >>> witness_family(hadamard_code(24), 40, compact=True)
+    CompactFamily(n_sequences=4186, seq_len=40, n_bits=24, n_tokens=46, n_slots=3)
     """
     W = np.asarray(words).astype(np.uint8)
     N = check_int(seq_len, "seq_len", min_value=3)
@@ -273,37 +280,38 @@ def witness_family(words, seq_len, *, ladder_gap=None, steps=None):
     if steps is None:
         _, steps, _ = witness_denominators(W, N, ladder_gap=ladder_gap)
     steps = np.asarray(steps, dtype=np.int64)
-    keys = (1 - W).astype(np.uint8)
     s_i = steps.max(axis=1, initial=0) if n else np.zeros(0, dtype=np.int64)
     L = int(s_i.max(initial=0))
-    # ladder[i, t]: k_i plus the first t * gap one-bits of x_i
-    ladder = np.repeat(keys[:, None, :], L + 1, axis=1)
+    # ladder[i, t]: k_i plus the first t * gap one-bits of x_i (t = 0: the key k_i)
+    ladder = np.repeat((1 - W)[:, None, :], L + 1, axis=1)
     if L:
         rank_of_one = np.cumsum(W, axis=1) * W          # 1-based position among ones
         for t in range(1, L + 1):
             ladder[:, t][(rank_of_one >= 1) & (rank_of_one <= t * ladder_gap)] = 1
-
+    # token rows: the queries, then ladder[i, t] at n + i * (L + 1) + t
+    tokens, inv = distinct_tokens(np.concatenate([W, ladder.reshape(-1, m)]),
+                                  return_inverse=True)
+    query = inv[:n]
+    rung = inv[n:].reshape(n, L + 1)
     ii, jj = np.nonzero(~np.eye(n, dtype=bool))
-    per_query = 1 + 2 * (n - 1) + 2 * s_i
-    start = np.cumsum(per_query) - per_query
-    X = np.empty((int(per_query.sum()), N, m), dtype=np.uint8)
-
-    def put(pos, x, a, b):
-        X[pos, 0], X[pos, 1], X[pos, 2:] = x, a, b[:, None, :]
-
-    put(start, W, keys, keys)
-    block = 1 << 16                         # rows written at a time: small temporaries
-    for lo in range(0, len(ii), block):
-        i, j = ii[lo:lo + block], jj[lo:lo + block]
-        pos = start[i] + 1 + 2 * (j - (j > i))
-        put(pos, W[i], keys[j], keys[j])
-        put(pos + 1, W[i], ladder[i, steps[i, j]], keys[j])
     qi = np.repeat(np.arange(n), s_i)
     t = np.arange(len(qi)) - np.repeat(np.cumsum(s_i) - s_i, s_i) + 1
-    pos = start[qi] + 2 * (n - 1) + 1 + 2 * (t - 1)
-    put(pos, W[qi], ladder[qi, t], ladder[qi, t])
-    put(pos + 1, W[qi], ladder[qi, t - 1], ladder[qi, t])
-    return X
+    # rows (query, a, b) with counts (1, 1, N-2); S1 rows have a == b: (1, N-1) merged
+    parts = [
+        (np.arange(n), rung[:, 0], rung[:, 0], 0),
+        (ii, rung[jj, 0], rung[jj, 0], 1 + 2 * (jj - (jj > ii))),
+        (ii, rung[ii, steps[ii, jj]], rung[jj, 0], 2 + 2 * (jj - (jj > ii))),
+        (qi, rung[qi, t], rung[qi, t], 2 * (n - 1) + 1 + 2 * (t - 1)),
+        (qi, rung[qi, t - 1], rung[qi, t], 2 * (n - 1) + 2 + 2 * (t - 1)),
+    ]
+    per_query = 1 + 2 * (n - 1) + 2 * s_i
+    start = np.cumsum(per_query) - per_query
+    ids = np.empty((int(per_query.sum()), 3), dtype=np.int64)
+    for i, a, b, offset in parts:
+        ids[start[i] + offset] = np.stack([query[i], a, b], axis=1)
+    counts = np.broadcast_to(np.array([1, 1, N - 2]), ids.shape)
+    family = CompactFamily.from_slots(tokens, ids, counts)
+    return family if compact else family.to_sequences()
 
 
 # ---------------------------------------------------------------------------------
