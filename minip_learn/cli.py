@@ -7,7 +7,10 @@ with.
 
 ``minip-learn certify FAMILY.npy [--out CERT.json]`` prints the certified minimum rank
 of a family and writes its certificate; ``minip-learn verify FAMILY.npy CERT.json``
-checks a certificate independently (exit status 0 valid, 1 rejected, 2 bad file).
+checks a certificate independently (exit status 0 valid, 1 rejected, 2 bad file). A
+family is an ``.npy`` array of sequences or a compact ``.npz`` family
+(:meth:`minip_learn.compact.CompactFamily.save`); certificates ending in ``.gz`` are
+gzip-compressed.
 
 ``witness`` and ``length`` are the paper's experiments (``all`` runs those two);
 ``ood`` (out-of-distribution scaling), ``beyond`` (variants outside the theorem) and
@@ -174,35 +177,60 @@ def build_parser():
 def _add_certificate_commands(sub):
     cert = sub.add_parser(
         "certify", help="certified minimum kernel rank of a family of sequences",
-        description="Compute the certified minimum rank of the family in FAMILY.npy "
-                    "(an array of shape (n_samples, seq_len, n_bits) with 0/1 values) and "
-                    "write the certificate as JSON.")
-    cert.add_argument("family", type=Path, help="the family: a .npy file")
+        description="Compute the certified minimum rank of the family in FAMILY (an .npy "
+                    "array of shape (n_samples, seq_len, n_bits) with 0/1 values, or an "
+                    ".npz compact family: tokens, token_ids, counts) and write the "
+                    "certificate as JSON (gzip-compressed when the name ends in .gz).")
+    cert.add_argument("family", type=Path, help="the family: a .npy or compact .npz file")
     cert.add_argument("--out", type=Path, default=None,
                       help="certificate file (default: FAMILY.certificate.json)")
     ver = sub.add_parser(
         "verify", help="check a certificate against a family, independently of certify",
-        description="Check CERT.json against FAMILY.npy with minip_learn.theory."
-                    "verify_certificate; exit status 0 when valid, 1 when rejected.")
-    ver.add_argument("family", type=Path, help="the family: a .npy file")
-    ver.add_argument("certificate", type=Path, help="the certificate: a JSON file")
+        description="Check CERT.json against FAMILY (.npy or compact .npz) with "
+                    "minip_learn.theory.verify_certificate; exit status 0 when valid, 1 "
+                    "when rejected.")
+    ver.add_argument("family", type=Path, help="the family: a .npy or compact .npz file")
+    ver.add_argument("certificate", type=Path,
+                     help="the certificate: a JSON file (.json.gz: gzip-compressed)")
 
 
 def _load_family(path):
     import numpy as np
 
+    from .compact import is_compact, load_family
+
     if not path.is_file():
         raise ValueError(f"family file {path} does not exist.")
-    try:
-        X = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise ValueError(f"{path} is not a .npy array file ({exc}).") from None
-    if not isinstance(X, np.ndarray):
-        raise ValueError(f"{path} holds several arrays; save the family alone with np.save.")
+    X = load_family(path)
+    if is_compact(X):
+        return X
     if X.ndim != 3 or not X.size or not np.isin(X, (0, 1)).all():
         raise ValueError(f"{path}: a family is an array of shape (n_samples, seq_len, n_bits) "
                          f"with 0/1 values; got shape {X.shape}, dtype {X.dtype}.")
     return X
+
+
+def _read_text(path):
+    """A text file's contents; ``.gz`` files are decompressed."""
+    import gzip
+
+    if path.suffix == ".gz":
+        try:
+            with gzip.open(path, "rt") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise ValueError(f"{path} is not a gzip file ({exc}).") from None
+    return path.read_text()
+
+
+def _write_text(path, text):
+    import gzip
+
+    if path.suffix == ".gz":
+        with gzip.open(path, "wt") as fh:
+            fh.write(text)
+    else:
+        path.write_text(text)
 
 
 def _certificate_command(args):
@@ -213,13 +241,13 @@ def _certificate_command(args):
         if args.command == "certify":
             rank, cert = certify(X, return_certificate=True)
             out = args.out or args.family.with_suffix(".certificate.json")
-            out.write_text(cert.to_json())
+            _write_text(out, cert.to_json())
             print(cert.summary())
             print(f"certificate written to {out}")
             return 0
         if not args.certificate.is_file():
             raise ValueError(f"certificate file {args.certificate} does not exist.")
-        cert = Certificate.from_json(args.certificate.read_text())
+        cert = Certificate.from_json(_read_text(args.certificate))
         verify_certificate(cert, X)
     except ValueError as exc:
         if args.command == "verify" and str(exc).startswith("certificate rejected"):

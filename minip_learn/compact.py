@@ -386,7 +386,7 @@ def load_family(path):
     except ValueError as exc:
         if str(path) in str(exc):
             raise
-        raise ValueError(f"{path} is neither an .npy array nor an .npz compact family "
+        raise ValueError(f"{path} is not a .npy array or an .npz compact family "
                          f"({exc}).") from None
     try:
         return CompactFamily(**arrays)

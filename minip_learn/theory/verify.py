@@ -28,6 +28,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from ..compact import is_compact
+
 __all__ = ["verify_certificate"]
 
 
@@ -52,30 +54,74 @@ def _is_binary(X):
     return True
 
 
-def _found_multisets(X, tokens, wanted):
-    """Which of the ``wanted`` multisets (rows of token ids, any order) the family holds.
+def _multiset_codes(ids, counts, T, N):
+    """One integer per multiset given as (id, count) slots: ``(codes, ok)``.
 
-    One pass over ``X`` in slices of :data:`CHUNK` sequences: each slice's tokens are
-    looked up in the certificate's token list, its multisets encoded over it and
-    matched against ``wanted``; memory stays that of one slice plus ``wanted``.
+    Equal ids in a row are merged; ``ok`` is False for rows of more than three distinct
+    tokens (no wanted multiset has more). The code lists the three ids in increasing
+    order (``T`` for none) and the first two counts (the third is ``N`` minus them);
+    Python integers when it would not fit in int64.
     """
-    n, N, m = X.shape
+    ids = np.where(counts > 0, ids, T).astype(np.int64)
+    counts = np.where(ids < T, counts, 0).astype(np.int64)
+    k = ids.shape[1]
+    for _ in range(2):                       # sort, merge neighbours, sort again
+        order = np.argsort(ids, axis=1, kind="stable")
+        ids = np.take_along_axis(ids, order, axis=1)
+        counts = np.take_along_axis(counts, order, axis=1)
+        for j in range(1, k):
+            same = (ids[:, j] == ids[:, j - 1]) & (ids[:, j] < T)
+            counts[same, j] += counts[same, j - 1]
+            counts[same, j - 1] = 0
+            ids[same, j - 1] = T
+    ok = (ids < T).sum(axis=1) <= 3
+    if k < 3:
+        ids = np.concatenate([ids, np.full((len(ids), 3 - k), T)], axis=1)
+        counts = np.concatenate([counts, np.zeros((len(ids), 3 - k), dtype=np.int64)], axis=1)
+    ids, counts = ids[:, :3], counts[:, :3]
+    if float(T + 1) ** 3 * float(N + 1) ** 2 < 2.0 ** 62:
+        codes = ((ids[:, 0] * (T + 1) + ids[:, 1]) * (T + 1) + ids[:, 2]) * (N + 1)
+        return (codes + counts[:, 0]) * (N + 1) + counts[:, 1], ok
+    codes = [(((a * (T + 1) + b) * (T + 1) + c) * (N + 1) + d) * (N + 1) + e
+             for a, b, c, d, e in zip(*(col.tolist() for col in (*ids.T, *counts[:, :2].T)))]
+    return codes, ok
+
+
+def _family_slots(X, lookup, m):
+    """Yield (ids, counts) of the family's sequences over the certificate's tokens, in
+    slices; a sequence holding a token the certificate does not know is left out."""
+    if is_compact(X):                               # read its arrays, slice by slice
+        packed = np.packbits(np.asarray(X.tokens, dtype=np.uint8), axis=1)
+        remap = np.array([lookup.get(bytes(t), -1) for t in packed] + [-1], dtype=np.int64)
+        for a in range(0, len(X.token_ids), CHUNK):
+            ids = np.asarray(X.token_ids[a:a + CHUNK], dtype=np.int64)
+            counts = np.asarray(X.counts[a:a + CHUNK], dtype=np.int64)
+            mapped = remap[ids]                     # padding (-1) reads the last entry
+            known = ((mapped >= 0) | (counts == 0)).all(axis=1)
+            yield np.where(counts > 0, mapped, 0)[known], counts[known]
+        return
+    n, N, _ = X.shape
+    for a in range(0, n, CHUNK):
+        part = np.packbits(X[a:a + CHUNK].reshape(-1, m).astype(np.uint8, copy=False), axis=1)
+        part = np.ascontiguousarray(part).view(f"V{part.shape[1]}").reshape(-1)
+        uniq, inv = np.unique(part, return_inverse=True)
+        ids_of_uniq = np.array([lookup.get(u.tobytes(), -1) for u in uniq], dtype=np.int64)
+        ids = ids_of_uniq[inv.reshape(-1)].reshape(-1, N)
+        yield ids[(ids >= 0).all(axis=1)], np.ones((0, N), dtype=np.int64)
+
+
+def _found_multisets(X, tokens, wanted_ids, wanted_counts):
+    """Which of the wanted multisets (rows of (id, count) slots) the family holds.
+
+    One pass over the family in slices of :data:`CHUNK` sequences: each slice's tokens
+    are looked up in the certificate's token list, its multisets encoded over it and
+    matched against the wanted ones; memory stays that of one slice plus the wanted.
+    """
+    N, m = X.shape[1], X.shape[2]
     T = len(tokens)
     lookup = {bytes(t): i for i, t in enumerate(np.packbits(tokens, axis=1))}
-    exact = float(T) ** N >= 2.0 ** 62          # codes beyond int64: Python integers
-
-    def encode(rows):
-        if exact:
-            codes = [0] * len(rows)
-            for col in rows.T.tolist():
-                codes = [a * T + b for a, b in zip(codes, col)]
-            return codes
-        codes = np.zeros(len(rows), dtype=np.int64)
-        for col in rows.T:
-            codes = codes * T + col
-        return codes
-
-    want = encode(np.sort(wanted, axis=1))
+    want, _ = _multiset_codes(wanted_ids, wanted_counts, T, N)
+    exact = not isinstance(want, np.ndarray)
     if exact:
         uniq_want = sorted(set(want))
         index = {code: i for i, code in enumerate(uniq_want)}
@@ -83,17 +129,14 @@ def _found_multisets(X, tokens, wanted):
     else:
         uniq_want, back = np.unique(want, return_inverse=True)
     found = np.zeros(len(uniq_want), dtype=bool)
-    for a in range(0, n if len(uniq_want) else 0, CHUNK):
-        part = np.packbits(X[a:a + CHUNK].reshape(-1, m).astype(np.uint8, copy=False), axis=1)
-        part = np.ascontiguousarray(part).view(f"V{part.shape[1]}").reshape(-1)
-        uniq, inv = np.unique(part, return_inverse=True)
-        ids_of_uniq = np.array([lookup.get(u.tobytes(), -1) for u in uniq], dtype=np.int64)
-        ids = ids_of_uniq[inv.reshape(-1)].reshape(-1, N)
-        ids = np.sort(ids[(ids >= 0).all(axis=1)], axis=1)
-        codes = encode(ids)
+    for ids, counts in (_family_slots(X, lookup, m) if len(uniq_want) else ()):
+        if not counts.size:                         # materialised: every position once
+            counts = np.ones(ids.shape, dtype=np.int64)
+        codes, ok = _multiset_codes(ids, counts, T, N)
         if exact:
-            found[[index[c] for c in codes if c in index]] = True
+            found[[index[c] for c, good in zip(codes, ok) if good and c in index]] = True
             continue
+        codes = codes[ok]
         pos = np.minimum(np.searchsorted(uniq_want, codes), len(uniq_want) - 1)
         found[pos[uniq_want[pos] == codes]] = True
     return found[back]
@@ -107,8 +150,9 @@ def verify_certificate(certificate, X, *, raise_on_failure=True):
     certificate : Certificate or str
         A :class:`~minip_learn.theory.Certificate` or its JSON text
         (:meth:`~minip_learn.theory.Certificate.to_json`).
-    X : array-like of shape (n_samples, seq_len, n_bits)
-        The family, 0/1 values.
+    X : array-like of shape (n_samples, seq_len, n_bits) or CompactFamily
+        The family, 0/1 values, or the same family in multiset form (read slice by
+        slice, never materialised).
     raise_on_failure : bool, default=True
         Raise a :class:`ValueError` naming the first failed check; otherwise return
         False.
@@ -141,11 +185,12 @@ def verify_certificate(certificate, X, *, raise_on_failure=True):
         from .certify import Certificate
 
         certificate = Certificate.from_json(certificate)
-    X = np.asarray(X)
-    if X.ndim != 3:
-        raise ValueError(f"X must have shape (n_samples, seq_len, n_bits); got {X.shape}.")
-    if not _is_binary(X):
-        raise ValueError("X must hold 0/1 values only.")
+    if not is_compact(X):              # a CompactFamily was validated when it was made
+        X = np.asarray(X)
+        if X.ndim != 3:
+            raise ValueError(f"X must have shape (n_samples, seq_len, n_bits); got {X.shape}.")
+        if not _is_binary(X):
+            raise ValueError("X must hold 0/1 values only.")
     c = certificate
     if X.shape[1:] != (c.seq_len, c.n_bits):
         raise ValueError(
@@ -232,13 +277,14 @@ def _check(c, X):
         _fail(f"claimed rank {claim} exceeds the {proved} that R5 gives from the ratio bounds")
     # last, the one pass over the family: every sequence the chains use is present
     si, sa, sb = (np.frombuffer(col, dtype=np.int64) for col in steps)
-    wanted = np.empty((len(si), 3, N), dtype=np.int64)   # S1, S2, S3 of every step
-    wanted[:, :, 0] = np.asarray(q, dtype=np.int64)[si, None]
-    wanted[:, 0, 1:] = sa[:, None]
-    wanted[:, 1, 1:] = sb[:, None]
-    wanted[:, 2, 1] = sa
-    wanted[:, 2, 2:] = sb[:, None]
-    found = _found_multisets(X, tokens.astype(np.uint8), wanted.reshape(-1, N))
+    # S1, S2, S3 of every step as (id, count) slots: {x, a^(N-1)}, {x, b^(N-1)},
+    # {x, a, b^(N-2)}
+    x = np.asarray(q, dtype=np.int64)[si]
+    wanted_ids = np.stack([np.stack([x, sa, sa], 1), np.stack([x, sb, sb], 1),
+                           np.stack([x, sa, sb], 1)], axis=1).reshape(-1, 3)
+    wanted_counts = np.tile(np.array([[1, N - 1, 0], [1, N - 1, 0], [1, 1, N - 2]]),
+                            (len(si), 1))
+    found = _found_multisets(X, tokens.astype(np.uint8), wanted_ids, wanted_counts)
     if not found.all():
         first = int(np.argmin(found))
         i, a, b = (int(col[first // 3]) for col in (si, sa, sb))
