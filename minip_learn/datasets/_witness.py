@@ -9,12 +9,17 @@ import itertools
 import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
-from .._validation import check_int
+from .._validation import check_int, distinct_tokens
+from ..compact import MATERIALIZE_MAX_BYTES, CompactFamily
 from ..theory import (
     block_designs,
     certify,
+    complement_closed_code,
     describe_blocks,
     design_rank,
+    exact_family,
+    exact_family_size,
+    exact_seq_len,
     greedy_constant_weight_code,
     hadamard_code,
     hadamard_orders,
@@ -24,12 +29,11 @@ from ..theory import (
     witness_family,
 )
 from ..theory.design import LADDER_GAPS
-from ..compact import MATERIALIZE_MAX_BYTES
 from ._minip import minip_targets, seed_param
 
 __all__ = ["make_witness_suite"]
 
-CONSTRUCTIONS = ("auto", "hadamard", "hadamard-half", "product", "greedy", "small")
+CONSTRUCTIONS = ("auto", "hadamard", "hadamard-half", "product", "greedy", "small", "exact")
 
 #: certified rank targeted by ``construction="small"`` (the paper's witness suite: r >= 8)
 SMALL_TARGET = 8
@@ -155,7 +159,7 @@ def _greedy_designs(n_bits, seq_len, ladder_gap, max_sequences, random_state):
 
 def make_witness_suite(
     n_bits=24,
-    seq_len=3,
+    seq_len=None,
     *,
     construction="auto",
     max_sequences=5000,
@@ -183,8 +187,10 @@ def make_witness_suite(
     ----------
     n_bits : int, default=24
         Bits per token ``m`` (``>= 8``).
-    seq_len : int, default=3
+    seq_len : int or None, default=None
         Sequence length ``N >= 3`` (longer sequences shrink ``eps`` as ``1/(N-2)``).
+        None means 3, or for ``construction="exact"`` the smallest length at which the
+        family's minimum rank is exact (:func:`~minip_learn.theory.exact_seq_len`).
     construction : {"auto", "hadamard", "hadamard-half", "product", "greedy", \
 "small"}, default="auto"
         * ``"hadamard"``: the Hadamard code of the largest constructible order
@@ -198,7 +204,15 @@ def make_witness_suite(
           rank of 8, the bound of the paper's 1,272-sequence witness suite (190
           sequences at m = 24);
         * ``"auto"``: the candidate with the highest certified bound whose family has at
-          most ``max_sequences`` sequences (ties: the smaller family).
+          most ``max_sequences`` sequences (ties: the smaller family);
+        * ``"exact"``: the family of :ref:`theory-r9` on a complement-closed
+          constant-weight code of weight ``n_bits/2`` and distance ``>= 4``
+          (:func:`~minip_learn.theory.complement_closed_code`; ``n_bits`` even): the
+          R4 sequences of every ordered pair of words, single steps. At
+          ``seq_len >= exact_seq_len`` the certificate is diagonally dominant, the
+          certified rank equals the number of words (one feature per token solves
+          it), and ``exact_min_rank`` reports it. The code is cut to its first
+          complement pairs to fit ``max_sequences`` (or to ``n_queries`` words).
     max_sequences : int, default=5000
         Largest family allowed; codes are cut to their first queries to fit.
     n_queries : int, default=None
@@ -226,7 +240,9 @@ def make_witness_suite(
         :func:`~minip_learn.theory.certify`); ``design_bound`` (predicted from the
         design, never above ``certified_min_rank``); ``constructive_rank`` (number of
         distinct tokens); ``certificate``; ``construction`` (the one used);
-        ``params``; ``DESCR``.
+        ``params`` (``make_witness_suite(**params)`` rebuilds the family);
+        ``exact_min_rank`` (the minimum rank when the certified rank equals the
+        constructive rank, else None); ``DESCR``.
 
     Raises
     ------
@@ -245,6 +261,9 @@ def make_witness_suite(
     """
     n_bits, seq_len, max_sequences, n_queries, ladder_gap, rng = _check_suite_params(
         n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap, random_state)
+    if construction == "exact":
+        return _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state)
+    seq_len = 3 if seq_len is None else seq_len
     # the candidate designs are not kept: the other codes' matrices can be large
     design_bound, d, n = _choose_design(
         _candidate_designs(n_bits, seq_len, construction, max_sequences, ladder_gap, rng),
@@ -262,14 +281,17 @@ def make_witness_suite(
         ladder_steps=int(steps.max(initial=0)), max_sequences=max_sequences,
         random_state=seed_param(random_state),
     )
-    return _suite_bunch(family, d, n, words, rank, cert, design_bound, params)
+    off = ~np.eye(n, dtype=bool)
+    min_distance = int(d.dist[:n, :n][off].min()) if n > 1 else 0
+    return _suite_bunch(family, d.name, d.code_desc, min_distance, words, rank, cert,
+                        design_bound, params)
 
 
 def _check_suite_params(n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap,
                         random_state):
     """Validated arguments of :func:`make_witness_suite`, and its random state (or None)."""
     n_bits = check_int(n_bits, "n_bits", min_value=8)
-    seq_len = check_int(seq_len, "seq_len", min_value=3)
+    seq_len = check_int(seq_len, "seq_len", min_value=3, allow_none=True)
     if not isinstance(construction, str) or construction not in CONSTRUCTIONS:
         raise ValueError(f"construction must be one of {list(CONSTRUCTIONS)}; got {construction!r}.")
     max_sequences = check_int(max_sequences, "max_sequences", min_value=1)
@@ -337,10 +359,11 @@ def _choose_design(designs, construction, n_bits, seq_len, max_sequences, n_quer
     return design_bound, d, n
 
 
-def _suite_bunch(family, d, n, words, rank, cert, design_bound, params):
+def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, design_bound,
+                 params):
     """The :class:`~sklearn.utils.Bunch` returned by :func:`make_witness_suite`."""
     tokens = family.tokens   # the distinct tokens, np.unique order
-    off = ~np.eye(n, dtype=bool)
+    n = len(words)
     X = family.to_sequences() if family.materialized_nbytes <= MATERIALIZE_MAX_BYTES else None
     return Bunch(
         X=X,
@@ -355,15 +378,61 @@ def _suite_bunch(family, d, n, words, rank, cert, design_bound, params):
         certified_min_rank=int(rank),
         design_bound=int(design_bound),
         constructive_rank=int(len(tokens)),
+        exact_min_rank=int(rank) if rank == len(tokens) else None,
         certificate=cert,
-        construction=d.name,
+        construction=name,
         params=params,
         DESCR=_DESCR.format(
-            construction=d.name, n_sequences=len(family), seq_len=params["seq_len"],
-            n_tokens=len(tokens), n_bits=params["n_bits"], code=d.code_desc, n_queries=n,
-            min_distance=int(d.dist[:n, :n][off].min()) if n > 1 else 0,
-            ladder_gap=d.ladder_gap, ladder_steps=params["ladder_steps"],
+            construction=name, n_sequences=len(family), seq_len=params["seq_len"],
+            n_tokens=len(tokens), n_bits=params["n_bits"], code=code_desc, n_queries=n,
+            min_distance=min_distance,
+            ladder_gap=params["ladder_gap"], ladder_steps=params["ladder_steps"],
             certified_min_rank=int(rank), design_bound=int(design_bound),
             constructive_rank=len(tokens),
         ),
     )
+
+
+def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state):
+    """The witness suite of ``construction="exact"`` (:ref:`theory-r9`)."""
+    if n_bits % 2:
+        raise ValueError(f'construction="exact" needs an even n_bits (words of weight '
+                         f"n_bits/2 with their complements); got n_bits={n_bits}.")
+    code = complement_closed_code(n_bits)
+    if rng is not None:            # shuffle whole complement pairs: prefixes stay closed
+        pairs = rng.permutation(len(code) // 2)
+        code = code[np.stack([2 * pairs, 2 * pairs + 1], axis=1).ravel()]
+    if n_queries is None:
+        n = len(code)
+        while n > 2 and exact_family_size(n) > max_sequences:
+            n -= 2
+    else:
+        if n_queries % 2 or n_queries > len(code):
+            raise ValueError(f'construction="exact" takes an even n_queries of at most '
+                             f"{len(code)} (words come in complement pairs); got {n_queries}.")
+        n = n_queries
+    if exact_family_size(n) > max_sequences:
+        raise ValueError(f'no "exact" witness suite with n_bits={n_bits} fits '
+                         f"max_sequences={max_sequences}: {n} words need "
+                         f"{exact_family_size(n)} sequences.")
+    words = code[:n]
+    exact_len = exact_seq_len(words)
+    N = exact_len if seq_len is None else seq_len
+    tokens, inv = distinct_tokens(words, return_inverse=True)     # np.unique order
+    ids, counts = exact_family(words, N)
+    ids = np.where(ids >= 0, inv.astype(ids.dtype)[np.maximum(ids, 0)], -1).astype(ids.dtype)
+    family = CompactFamily(tokens, ids, counts)
+    if rng is not None:
+        family = family[rng.permutation(len(family))]
+    rank, cert = certify(family, return_certificate=True)
+    # the design: strictly diagonally dominant from exact_seq_len on, else R5 on the
+    # single-step denominators (N-2)(D-1)
+    design_bound = n if N >= exact_len else design_rank(witness_denominators(words, N)[0])
+    params = dict(
+        n_bits=n_bits, seq_len=N, construction="exact",
+        code=f"complement-closed constant-weight (w={n_bits // 2}, d>=4), {len(code)} words",
+        n_queries=int(n), ladder_gap=None, ladder_steps=0, max_sequences=max_sequences,
+        random_state=seed_param(random_state),
+    )
+    return _suite_bunch(family, "exact", params["code"], 2, words, rank, cert, design_bound,
+                        params)

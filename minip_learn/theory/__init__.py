@@ -45,6 +45,12 @@ from .design import (
     witness_denominators,
     witness_family,
 )
+from .exact import (
+    complement_closed_code,
+    exact_family,
+    exact_family_size,
+    exact_seq_len,
+)
 from .verify import verify_certificate
 
 __all__ = [
@@ -55,8 +61,12 @@ __all__ = [
     "certify",
     "chain_denominator",
     "channel_capacity_bits",
+    "complement_closed_code",
     "describe_blocks",
     "design_rank",
+    "exact_family",
+    "exact_family_size",
+    "exact_seq_len",
     "family_constraints",
     "gap_denominator",
     "gap_domination_ratio",

@@ -45,7 +45,14 @@ import numpy as np
 
 from .._validation import check_sequences
 from ..compact import is_compact
-from ._constraints import constraints, constraints_reference, isin, reach, reach_reference
+from ._constraints import (
+    Reach,
+    constraints,
+    constraints_reference,
+    isin,
+    reach,
+    reach_reference,
+)
 from ._selection import prune_rows, reciprocal, reciprocals
 from .bounds import integer_above, rank_from_denominators, rank_from_sums, resolve_near_integer
 
@@ -354,19 +361,49 @@ def family_constraints(X):
 
 
 # --------------------------------------------------------------------------- candidates
+def _candidate_runs(R, T):
+    """Candidates of the rows of ``R`` (sorted by (x, s, t)): the code ``x * T + s`` of
+    each run of equal (x, s) and its length (the number of keys it reaches)."""
+    vcode = R.x * T + R.s
+    new = np.ones(len(vcode), dtype=bool)
+    new[1:] = vcode[1:] != vcode[:-1]
+    first = np.flatnonzero(new)
+    return vcode[first], np.diff(np.append(first, len(R)))
+
+
+def _restrict(cons, R, *, primary=False, min_reach=0):
+    """The rows of ``R`` of the candidates that may take part in the search.
+
+    ``primary``: one candidate per query (largest reach, then the key of least
+    overlap with the query, then the smaller key). ``min_reach``: the candidates that
+    reach at least that many keys -- a set of ``k`` mutually compatible candidates has
+    distinct keys, each reaching the ``k - 1`` others, so a set certifying more than
+    ``r`` needs candidates reaching ``>= r`` keys.
+    """
+    T = np.int64(len(cons.tokens))
+    codes, count = _candidate_runs(R, T)
+    x, s = codes // T, codes % T
+    if primary:
+        order = np.lexsort((s, cons.overlap(x, s), -count, x))
+        first = np.ones(len(order), dtype=bool)
+        first[1:] = x[order][1:] != x[order][:-1]
+        sel = np.zeros(len(codes), dtype=bool)
+        sel[order[first]] = True
+    else:
+        sel = count >= min_reach
+    if sel.all():
+        return R
+    rows = np.repeat(sel, count)
+    return Reach(*(a[rows] for a in (R.x, R.s, R.t, R.K, R.pred)))
+
+
 class _Graph:
     """Candidates (query, key) and their compatibility, from the best chains."""
 
     def __init__(self, cons, R):
         T = np.int64(len(cons.tokens))
         # the rows of R are sorted by (x, s, t): a candidate is a run of equal (x, s)
-        vcode = R.x * T + R.s
-        new = np.ones(len(vcode), dtype=bool)
-        new[1:] = vcode[1:] != vcode[:-1]
-        first = np.flatnonzero(new)
-        codes = vcode[first]
-        del vcode, new
-        count = np.diff(np.append(first, len(R)))
+        codes, count = _candidate_runs(R, T)
         self.x, self.s = codes // T, codes % T
         self.reach_size = count
         self.overlap = cons.overlap(self.x, self.s)
@@ -716,6 +753,34 @@ def _select(G):
     return clique, name, exhaustive
 
 
+def _search(cons, R):
+    """The graph and the best set of candidates: ``(G, clique, strategy, exhaustive)``.
+
+    A first search on one candidate per query gives a rank ``r0``; the full search then
+    runs on the candidates that could take part in a set certifying more than ``r0``
+    (those reaching ``>= r0`` keys), which keeps the graph small on families where
+    many tokens reach only a few keys. The better of the two sets wins.
+    """
+    found = []
+    r0, exhaustive = 0, True
+    for restricted in (_restrict(cons, R, primary=True), None):
+        if restricted is None:
+            restricted = _restrict(cons, R, min_reach=r0)
+        G = _Graph(cons, restricted)
+        if G.V < 2 or not len(G.half):
+            continue
+        clique, strategy, exhaustive = _select(G)
+        r = rank_from_denominators(G.denominators(clique))[0] if len(clique) > 1 else 1
+        found.append((r, len(found), G, clique, strategy))
+        r0 = max(r0, r)
+    if not found:
+        return None, [], "none", True
+    # the second search holds every set that could beat the first: it decides whether
+    # the result is the best any set gives
+    _, _, G, clique, strategy = max(found, key=lambda f: (f[0], f[1]))
+    return G, clique, strategy, exhaustive
+
+
 # --------------------------------------------------------------------------- certify
 def certify(X, *, return_certificate=False):
     """Certified minimum kernel rank of a family of sequences.
@@ -788,11 +853,7 @@ def _certify(X, *, reference=False):
     if not n_constraints:
         return _trivial(tokens, N, "the family contains no (S1, S2, S3) triple with gap >= 2")
     R = reach_reference(cons) if reference else reach(cons)
-    G = _Graph(cons, R)
-    if G.V < 2 or not len(G.half):
-        return _trivial(tokens, N, "no two (query, key) pairs constrain each other",
-                        n_constraints)
-    clique, strategy, exhaustive = _select(G)
+    G, clique, strategy, exhaustive = _search(cons, R)
     n = len(clique)
     if n < 2:
         return _trivial(tokens, N, "no two (query, key) pairs constrain each other",
