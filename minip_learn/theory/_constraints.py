@@ -71,16 +71,91 @@ def _finish(tokens, N, triples, s1=None):
         s1 = np.unique(s1)
         has = (isin(x * T + y, s1)) & (isin(x * T + z, s1))
         x, y, z = x[has], y[has], z[has]
-    words = pack_tokens(tokens)
-    gap = overlap_words(words, x, z) - overlap_words(words, x, y)
+    gap = _Overlaps(tokens)(x, z) - _Overlaps(tokens)(x, y)
     ok = gap >= 2
-    x, y, z, gap = x[ok], y[ok], z[ok], gap[ok]
-    if float(T) ** 3 < 2.0 ** 62:           # one key sorts (and deduplicates) them
-        _, first = np.unique((x * T + y) * T + z, return_index=True)
-    else:
-        _, first = np.unique(np.stack([x, y, z], axis=1), axis=0, return_index=True)
-    x, y, z, gap = x[first], y[first], z[first], gap[first]
-    return Constraints(tokens, N, x, y, z, (N - 2) * (gap - 1), gap)
+    x, y, z = x[ok], y[ok], z[ok]
+    if float(T) ** 3 < 2.0 ** 62:
+        return _from_codes(tokens, N, [(x * T + y) * T + z])
+    _, first = np.unique(np.stack([x, y, z], axis=1), axis=0, return_index=True)
+    return _constraints_of(tokens, N, x[first], y[first], z[first])
+
+
+class _Overlaps:
+    """``<tokens[a], tokens[b]>`` for index arrays: a table of every pair when it is
+    small (int8/int16), packed words and popcounts otherwise."""
+
+    MAX_TABLE = 1 << 27
+
+    def __init__(self, tokens):
+        T, m = tokens.shape
+        if T * T <= self.MAX_TABLE:
+            t = tokens.astype(np.float32)
+            self.table = np.rint(t @ t.T).astype(np.int8 if m < 128 else np.int16)
+        else:
+            self.table, self.words = None, pack_tokens(tokens)
+
+    def __call__(self, a, b):
+        if self.table is not None:
+            return self.table[a, b].astype(np.int64)
+        return overlap_words(self.words, a, b)
+
+
+def _constraints_of(tokens, N, x, y, z):
+    """Constraints from sorted, distinct triples of gap >= 2 (indices in small dtypes)."""
+    idx = index_dtype(len(tokens))
+    x, y, z = (a.astype(idx, copy=False) for a in (x, y, z))
+    gap = _Overlaps(tokens)(x, z) - _Overlaps(tokens)(x, y)
+    gap = gap.astype(np.int16 if gap.size and gap.max() < 2**15 else np.int64)
+    K = (N - 2) * (gap.astype(np.int64) - 1)
+    return Constraints(tokens, N, x, y, z, K, gap)
+
+
+def _from_codes(tokens, N, parts):
+    """Constraints from lists of triple codes ``(x T + y) T + z`` (sorted, deduplicated
+    here, in place: no second copy of the codes)."""
+    T = np.int64(len(tokens))
+    if not parts:
+        return _empty(tokens, N)
+    codes = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    parts.clear()
+    codes.sort()
+    if len(codes):
+        keep = np.ones(len(codes), dtype=bool)
+        keep[1:] = codes[1:] != codes[:-1]
+        codes = codes[keep]
+        del keep
+    x, rest = np.divmod(codes, T * T)
+    del codes
+    y, z = np.divmod(rest, T)
+    del rest
+    return _constraints_of(tokens, N, x, y, z)
+
+
+def sorted_unique(a):
+    """``np.unique`` of a 1-d integer array, by sorting (no hash table)."""
+    a = np.sort(a)
+    if len(a):
+        a = a[np.append(True, a[1:] != a[:-1])]
+    return a
+
+
+class _Membership:
+    """``codes in sorted_unique`` for codes below ``T^2``: a boolean table of every code
+    when it is small, binary search otherwise."""
+
+    MAX_TABLE = 1 << 28
+
+    def __init__(self, sorted_unique, T):
+        self.values = sorted_unique
+        self.table = None
+        if float(T) * float(T) <= self.MAX_TABLE:
+            self.table = np.zeros(int(T) * int(T), dtype=bool)
+            self.table[sorted_unique] = True
+
+    def __call__(self, codes):
+        if self.table is not None:
+            return self.table[codes]
+        return isin(codes, self.values)
 
 
 def isin(values, sorted_unique):
@@ -104,7 +179,11 @@ def constraints(X):
     Constraints
     """
     if is_compact(X):
-        return _slot_constraints(X.tokens, X.seq_len, *_three_slots(X.token_ids, X.counts))
+        def chunks():
+            for a in range(0, len(X.token_ids), SLOT_CHUNK):
+                yield _three_slots(X.token_ids[a:a + SLOT_CHUNK], X.counts[a:a + SLOT_CHUNK])
+
+        return _slot_constraints(X.tokens, X.seq_len, chunks)
     n, N, m = X.shape
     tokens, ids = token_ids(X)
     if N < 3:
@@ -123,11 +202,11 @@ def constraints(X):
     c = np.zeros((len(srt), 3), dtype=np.int64)
     u[rows, slot] = srt
     np.add.at(c, (rows, slot), 1)
-    return _slot_constraints(tokens, N, u, c)
+    return _slot_constraints(tokens, N, lambda: iter([(u, c)]))
 
 
 def _three_slots(ids, counts):
-    """Rows of at most three distinct tokens as (n, 3) ids (-1 padding) and counts."""
+    """Rows of at most three distinct tokens as (n, 3) int64 ids (-1 padding) and counts."""
     real = ids >= 0
     keep = real.sum(axis=1) <= 3
     ids, counts, real = ids[keep], counts[keep], real[keep]
@@ -146,50 +225,61 @@ def _three_slots(ids, counts):
 SLOT_CHUNK = 1 << 22
 
 
-def _slot_constraints(tokens, N, u, c):
+def _role_codes(N, roles):
+    """Signature ``c0 + c1 B + c2 B^2`` (``B = N + 1``) of each slot-role assignment."""
+    base = N + 1
+    out = []
+    for assignment in roles:
+        req = [0, 0, 0]
+        for slot, count in assignment:
+            req[slot] += count
+        out.append(req[0] + req[1] * base + req[2] * base * base)
+    return out
+
+
+def _slot_constraints(tokens, N, chunks):
     """R4 triples from sequences given as three (id, count) slots each.
 
-    Two passes in slices of :data:`SLOT_CHUNK` sequences: the S1 multisets
-    ``{x, y^(N-1)}`` first, then the triples ``{x, y, z^(N-2)}`` whose two S1 are
-    present. A slot of count 0 is empty; ``y`` or ``z`` may equal ``x``.
+    ``chunks()`` yields ``(u, c)``: (n, 3) int64 ids (-1 padding) and counts, slice by
+    slice. Two passes: the S1 multisets ``{x, y^(N-1)}`` first, then the triples
+    ``{x, y, z^(N-2)}`` whose two S1 are present, kept as one int64 code each when
+    the tokens allow (memory: one code per triple). ``y`` or ``z`` may equal ``x``.
     """
     if N < 3:
         return _empty(tokens, N)
     T = np.int64(len(tokens))
     base = N + 1
-
-    def sig_of(counts):
-        return counts[:, 0] + counts[:, 1] * base + counts[:, 2] * base * base
-
-    def patterns(*parts):
-        out = []
-        for roles in parts:
-            req = np.zeros(3, dtype=np.int64)
-            for slot, count in roles:
-                req[slot] += count
-            out.append(int(req[0] + req[1] * base + req[2] * base * base))
-        return out
-
     s1_roles = [(p, q) for p in range(3) for q in range(3)]
-    s1_codes = patterns(*[((p, 1), (q, N - 1)) for p, q in s1_roles])
+    s1_codes = _role_codes(N, [((p, 1), (q, N - 1)) for p, q in s1_roles])
     s3_roles = [(p, q, r) for p in range(3) for q in range(3) for r in range(3) if r != q]
-    s3_codes = patterns(*[((p, 1), (q, 1), (r, N - 2)) for p, q, r in s3_roles])
-    s1 = []
-    for a in range(0, len(u), SLOT_CHUNK):
-        uu, sig = u[a:a + SLOT_CHUNK], sig_of(c[a:a + SLOT_CHUNK])
+    s3_codes = _role_codes(N, [((p, 1), (q, 1), (r, N - 2)) for p, q, r in s3_roles])
+    s1 = [np.zeros(0, dtype=np.int64)]
+    for u, c in chunks():
+        sig = c[:, 0] + c[:, 1] * base + c[:, 2] * (base * base)
         for (p, q), code in zip(s1_roles, s1_codes):
-            ok = sig == code
-            s1.append(uu[ok, p] * T + uu[ok, q])
-    s1 = np.unique(np.concatenate(s1)) if s1 else np.zeros(0, dtype=np.int64)
-    triples = [np.zeros((0, 3), dtype=np.int64)]
-    for a in range(0, len(u), SLOT_CHUNK):
-        uu, sig = u[a:a + SLOT_CHUNK], sig_of(c[a:a + SLOT_CHUNK])
+            ok = np.flatnonzero(sig == code)
+            if len(ok):
+                s1.append(sorted_unique(u[ok, p] * T + u[ok, q]))
+    s1 = _Membership(sorted_unique(np.concatenate(s1)), T)
+    by_code = float(T) ** 3 < 2.0 ** 62
+    overlaps = _Overlaps(tokens)
+    parts = []
+    for u, c in chunks():
+        sig = c[:, 0] + c[:, 1] * base + c[:, 2] * (base * base)
         for (p, q, r), code in zip(s3_roles, s3_codes):
             ok = np.flatnonzero(sig == code)
-            x, y, z = uu[ok, p], uu[ok, q], uu[ok, r]
-            has = isin(x * T + y, s1) & isin(x * T + z, s1)
-            triples.append(np.stack([x[has], y[has], z[has]], axis=1).astype(index_dtype(T)))
-    return _finish(tokens, N, np.concatenate(triples))
+            if not len(ok):
+                continue
+            x, y, z = u[ok, p], u[ok, q], u[ok, r]
+            has = s1(x * T + y) & s1(x * T + z)
+            x, y, z = x[has], y[has], z[has]
+            far = overlaps(x, z) - overlaps(x, y) >= 2
+            x, y, z = x[far], y[far], z[far]
+            parts.append((x * T + y) * T + z if by_code else np.stack([x, y, z], axis=1))
+    del s1
+    if by_code:
+        return _from_codes(tokens, N, parts)
+    return _finish(tokens, N, np.concatenate(parts) if parts else np.zeros((0, 3), np.int64))
 
 
 def constraints_reference(X):
@@ -242,7 +332,7 @@ def _int64_safe(cons):
     """
     if not len(cons):
         return True
-    w = int(cons.tokens[np.unique(cons.x)].sum(axis=1).max())
+    w = int(cons.tokens[sorted_unique(cons.x)].sum(axis=1).max())
     N = cons.seq_len
     return (w / 2) * (1 + np.log2(max(N - 2, 1))) < 62
 
@@ -255,15 +345,17 @@ def reach(cons):
     idx = index_dtype(T)
     ex, ey, ez, eK, eg = cons.x, cons.y, cons.z, cons.K, cons.gap
     ecode = ex * T + ey                     # sorted (edges are sorted by x, y, z)
-    src_code = np.unique(ecode)
+    src_code = sorted_unique(ecode)
     sx, ss = src_code // T, src_code % T
     levels = {}
 
     def push(x, s, t, K, pred, level):
         # token indices are held in the smallest dtype that fits: the pending rows of
         # all levels are the largest arrays of the programme
+        if not len(level):
+            return
         x, s, t, pred = (a.astype(idx, copy=False) for a in (x, s, t, pred))
-        for L in np.unique(level):
+        for L in np.flatnonzero(np.bincount(level - level.min())) + level.min():
             sel = level == L
             levels.setdefault(int(L), []).append((x[sel], s[sel], t[sel], K[sel], pred[sel]))
 

@@ -38,6 +38,7 @@ JSON (:meth:`Certificate.to_json`) and checked by
 import itertools
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -56,7 +57,7 @@ from ._constraints import (
 from ._selection import prune_rows, reciprocal, reciprocals
 from .bounds import integer_above, rank_from_denominators, rank_from_sums, resolve_near_integer
 
-__all__ = ["Certificate", "certify", "family_constraints"]
+__all__ = ["Certificate", "ChainTrees", "certify", "family_constraints"]
 
 #: candidate sets up to this size are searched exhaustively (branch and bound)
 EXACT_MAX_CANDIDATES = 64
@@ -68,6 +69,76 @@ MAX_DENSE_CANDIDATES = 8000
 
 JSON_FORMAT = "minip-learn certificate"
 JSON_VERSION = 1
+
+
+class ChainTree(Mapping):
+    """One row's chain tree: token index -> its predecessor (sorted arrays)."""
+
+    def __init__(self, child, parent):
+        self.child, self.parent = child, parent
+
+    def _find(self, t):
+        pos = int(np.searchsorted(self.child, t))
+        if pos < len(self.child) and self.child[pos] == t:
+            return pos
+        return -1
+
+    def __getitem__(self, t):
+        pos = self._find(t)
+        if pos < 0:
+            raise KeyError(t)
+        return int(self.parent[pos])
+
+    def __contains__(self, t):
+        return self._find(t) >= 0
+
+    def __iter__(self):
+        return iter(self.child.tolist())
+
+    def __len__(self):
+        return len(self.child)
+
+
+class ChainTrees(Sequence):
+    """The chain trees of a certificate's rows, held as arrays.
+
+    ``trees[i]`` is a read-only mapping (token index -> predecessor) like a dict;
+    the trees of all rows share three arrays (``offsets``, ``child``, ``parent``), so
+    a certificate of thousands of rows with a tree of thousands of tokens each stays
+    small. Compares equal to a list of dicts with the same contents.
+    """
+
+    def __init__(self, offsets, child, parent):
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        self.child, self.parent = np.asarray(child), np.asarray(parent)
+
+    @classmethod
+    def from_dicts(cls, trees):
+        """From one mapping per row (sorted by token here)."""
+        items = [sorted((int(c), int(p)) for c, p in tree.items()) for tree in trees]
+        sizes = [len(t) for t in items]
+        flat = np.array([cp for t in items for cp in t], dtype=np.int64).reshape(-1, 2)
+        return cls(np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]), flat[:, 0],
+                   flat[:, 1])
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        a, b = self.offsets[i], self.offsets[i + 1]
+        return ChainTree(self.child[a:b], self.parent[a:b])
+
+    def __eq__(self, other):
+        if not isinstance(other, Sequence) or len(other) != len(self):
+            return False
+        return all(dict(a) == dict(b) for a, b in zip(self, other))
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"ChainTrees(n_rows={len(self)}, n_entries={len(self.child)})"
 
 
 @dataclass
@@ -89,14 +160,16 @@ class Certificate:
     eps : ndarray of shape (n, n)
         ``eps[i, j]`` bounds ``alpha(x_i, k_j) / alpha(x_i, k_i)`` strictly from above
         (``1/K``, rounded to float; the diagonal is 1, the normalised diagonal itself).
-    eps_denominators : ndarray of shape (n, n), dtype object
-        The exact integers ``K[i, j]`` with ``eps[i, j] = 1/K[i, j]`` (diagonal 1).
+    eps_denominators : ndarray of shape (n, n), dtype int64 or object
+        The exact integers ``K[i, j]`` with ``eps[i, j] = 1/K[i, j]`` (diagonal 1):
+        int64 when they fit, Python integers (dtype object) otherwise.
     overlap_gaps : ndarray of shape (n, n)
         ``D[i, j] = <x_i, k_j> - <x_i, k_i>`` (diagonal 0): the overlap distance each
         chain climbs.
-    parents : list of dict
+    parents : ChainTrees
         ``parents[i]`` maps a token index to its predecessor on the best chain from
-        ``k_i`` in the constraint DAG of ``x_i`` (a tree rooted at ``k_i``).
+        ``k_i`` in the constraint DAG of ``x_i`` (a tree rooted at ``k_i``); a
+        sequence of read-only mappings held as arrays (a list of dicts is accepted).
     frobenius_value : Fraction
         ``n^2 / (n + sum_{i != j} eps_ij^2)``; the rank is strictly above it.
     diagonally_dominant : bool
@@ -131,7 +204,7 @@ class Certificate:
     eps: np.ndarray
     eps_denominators: np.ndarray
     overlap_gaps: np.ndarray
-    parents: list = field(repr=False)
+    parents: Sequence = field(repr=False)
     frobenius_value: Fraction
     diagonally_dominant: bool
     n_constraints: int
@@ -279,6 +352,7 @@ class Certificate:
             K = np.ones((n, n), dtype=object)
             for i, row in enumerate(doc["eps_denominators"]):
                 K[i, :] = [int(k) for k in row]
+            K = _as_int64_if_fits(K)
             eps = np.array([[reciprocal(k) for k in row] for row in K]).reshape(n, n)
             if n:
                 np.fill_diagonal(eps, 1.0)
@@ -289,7 +363,8 @@ class Certificate:
                 queries=tokens[qi], keys=tokens[ki], query_index=qi, key_index=ki,
                 eps=eps, eps_denominators=K,
                 overlap_gaps=np.array(doc["overlap_gaps"], dtype=np.int64).reshape(n, n),
-                parents=[{int(c): int(p) for c, p in par} for par in doc["parents"]],
+                parents=ChainTrees.from_dicts(
+                    {int(c): int(p) for c, p in par} for par in doc["parents"]),
                 frobenius_value=Fraction(int(num), int(den)),
                 diagonally_dominant=bool(doc["diagonally_dominant"]),
                 n_constraints=int(doc["n_constraints"]), reason=str(doc["reason"]),
@@ -303,6 +378,13 @@ class Certificate:
         return cert
 
 
+def _as_int64_if_fits(K):
+    """An object array of integers as int64 when every entry fits, else unchanged."""
+    if all(int(k).bit_length() < 63 for k in K.ravel()):
+        return K.astype(np.int64)
+    return K
+
+
 def _trivial(tokens, N, reason, n_constraints=0):
     m = tokens.shape[1]
     empty = np.zeros((0, m), dtype=np.uint8)
@@ -310,8 +392,8 @@ def _trivial(tokens, N, reason, n_constraints=0):
         certified_min_rank=1, seq_len=N, n_bits=m, tokens=tokens,
         queries=empty, keys=empty,
         query_index=np.zeros(0, dtype=np.int64), key_index=np.zeros(0, dtype=np.int64),
-        eps=np.zeros((0, 0)), eps_denominators=np.zeros((0, 0), dtype=object),
-        overlap_gaps=np.zeros((0, 0), dtype=np.int64), parents=[],
+        eps=np.zeros((0, 0)), eps_denominators=np.zeros((0, 0), dtype=np.int64),
+        overlap_gaps=np.zeros((0, 0), dtype=np.int64), parents=ChainTrees([0], [], []),
         frobenius_value=Fraction(1), diagonally_dominant=True,
         n_constraints=n_constraints, reason=reason, exhaustive=True,
     )
@@ -865,13 +947,14 @@ def _certify(X, *, reference=False):
     ov = cons.overlap
     D = (ov(np.repeat(qi, n), np.tile(ki, n)).reshape(n, n)
          - ov(qi, ki)[:, None])
-    parents = []
     T = np.int64(len(tokens))
     rcode = R.x * T + R.s
-    for x, s in zip(qi, ki):
-        lo, hi = np.searchsorted(rcode, [x * T + s, x * T + s + 1])
-        parents.append(dict(zip(R.t[lo:hi].tolist(), R.pred[lo:hi].tolist())))
-    Kobj = K.astype(object)
+    lo = np.searchsorted(rcode, qi * T + ki)
+    hi = np.searchsorted(rcode, qi * T + ki + 1)
+    rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if n else lo
+    parents = ChainTrees(np.concatenate([[0], np.cumsum(hi - lo)]), R.t[rows], R.pred[rows])
+    del rows, rcode
+    Kobj = K if K.dtype != object else _as_int64_if_fits(K)
     eps = reciprocals(K)
     np.fill_diagonal(eps, 1.0)
     return Certificate(
