@@ -22,8 +22,6 @@ steps need: memory is that of the certificate plus one slice.
 """
 
 import math
-from array import array
-from collections import Counter
 from fractions import Fraction
 
 import numpy as np
@@ -206,6 +204,72 @@ def verify_certificate(certificate, X, *, raise_on_failure=True):
     return True
 
 
+def _tree_arrays(tree):
+    """A row's chain tree as sorted arrays (child, parent): from a mapping or from the
+    arrays a certificate holds."""
+    if hasattr(tree, "child") and hasattr(tree, "parent"):
+        child = np.asarray(tree.child, dtype=np.int64)
+        parent = np.asarray(tree.parent, dtype=np.int64)
+    else:
+        items = sorted((int(a), int(b)) for a, b in tree.items())
+        child = np.array([a for a, _ in items], dtype=np.int64)
+        parent = np.array([b for _, b in items], dtype=np.int64)
+    order = np.argsort(child, kind="stable")
+    return child[order], parent[order]
+
+
+def _lookup(child, parent, t):
+    """Parents of the tokens ``t`` in a tree (-1 where ``t`` is not in it)."""
+    pos = np.minimum(np.searchsorted(child, t), max(len(child) - 1, 0))
+    found = (child[pos] == t) if len(child) else np.zeros(len(t), dtype=bool)
+    return np.where(found, parent[pos] if len(child) else -1, -1)
+
+
+def _row_chains(i, root, keys, tree, ov, N):
+    """Products of the step denominators from ``root`` to every token on the chains to
+    ``keys`` in row ``i``: ``(prod, missing, (a, b))``.
+
+    Walks up from the keys to the root, every step ``a -> b`` checked to climb the
+    overlap with the query by ``g >= 2`` (so the walk ends); ``prod`` is an array over
+    the tokens (int64, or Python integers when the products could leave int64),
+    ``missing`` the first token whose chain leaves the tree (then ``prod`` is None),
+    and ``(a, b)`` the steps used.
+    """
+    child, parent = _tree_arrays(tree)
+    seen = np.zeros(0, dtype=np.int64)
+    frontier = np.unique(keys)
+    a_steps, b_steps = [], []
+    while True:
+        frontier = frontier[(frontier != root) & ~np.isin(frontier, seen)]
+        if not len(frontier):
+            break
+        up = _lookup(child, parent, frontier)
+        if (up < 0).any():
+            return None, int(frontier[np.argmax(up < 0)]), None
+        g = ov[frontier] - ov[up]
+        if (g < 2).any():
+            j = int(np.argmax(g < 2))
+            _fail(f"row {i}: chain step {int(up[j])} -> {int(frontier[j])} has overlap gap "
+                  f"{int(g[j])} < 2")
+        a_steps.append(up)
+        b_steps.append(frontier)
+        seen = np.union1d(seen, frontier)
+        frontier = np.unique(up)
+    a = np.concatenate(a_steps) if a_steps else np.zeros(0, dtype=np.int64)
+    b = np.concatenate(b_steps) if b_steps else np.zeros(0, dtype=np.int64)
+    factor = (N - 2) * (ov[b] - ov[a] - 1)
+    # every step climbs the overlap by >= 2: at most ov.max() / 2 of them on a chain
+    safe = len(b) == 0 or (ov.max() / 2) * math.log2(max(int(factor.max()), 2)) < 62
+    prod = np.zeros(len(ov), dtype=np.int64 if safe else object)
+    prod[root] = 1
+    if not safe:
+        factor = factor.astype(object)
+    for level in np.unique(ov[b]):          # parents before children
+        sel = ov[b] == level
+        prod[b[sel]] = prod[a[sel]] * factor[sel]
+    return prod, None, (a, b)
+
+
 def _check(c, X):
     claim = int(c.certified_min_rank)
     if claim <= 1:
@@ -214,72 +278,100 @@ def _check(c, X):
         return
     N = int(c.seq_len)
     tokens = np.asarray(c.tokens, dtype=np.int64)
-    q = [int(i) for i in c.query_index]
-    k = [int(i) for i in c.key_index]
+    q = np.asarray(c.query_index, dtype=np.int64)
+    k = np.asarray(c.key_index, dtype=np.int64)
     n = len(q)
     if n < 2 or len(k) != n:
         _fail(f"rank {claim} claimed from {n} (query, key) pairs")
-    K_claim = c.eps_denominators
+    K_claim = np.asarray(c.eps_denominators)
     D_claim = np.asarray(c.overlap_gaps)
-    # the steps the chains use: (row i, parent, child), each checked once
-    steps = (array("q"), array("q"), array("q"))
+    steps = ([], [], [])
     for i in range(n):
-        x = tokens[q[i]]
-        ov = tokens @ x
-        parents = c.parents[i]
-        prod = {k[i]: 1}
-
-        def climb(t, i=i, ov=ov, parents=parents, prod=prod):
-            # walk up from t to a token whose product is known; the overlap with x
-            # drops by >= 2 at every step, so the walk ends
-            path = []
-            while t not in prod:
-                if t not in parents:
-                    return None
-                a = int(parents[t])
-                g = int(ov[t] - ov[a])
-                if g < 2:
-                    _fail(f"row {i}: chain step {a} -> {t} has overlap gap {g} < 2")
-                path.append((a, t, g))
-                t = a
-            for a, b, g in reversed(path):
-                prod[b] = prod[a] * (N - 2) * (g - 1)
-                for col, v in zip(steps, (i, a, b)):
-                    col.append(v)
-            return prod[t]
-
-        for j in range(n):
-            if j == i:
-                continue
-            if k[j] == k[i] or climb(k[j]) is None:
-                _fail(f"pair ({i}, {j}): key {k[j]} is not reached from key {k[i]} "
-                      f"for query {q[i]}")
-            Kij = int(K_claim[i][j])
-            if Kij < 1 or Kij > prod[k[j]]:
-                _fail(f"pair ({i}, {j}): claimed ratio bound 1/{Kij} does not follow from "
-                      f"the chain (which gives 1/{prod[k[j]]})")
-            true_gap = int(ov[k[j]] - ov[k[i]])
-            if int(D_claim[i][j]) != true_gap:
-                _fail(f"pair ({i}, {j}): claimed overlap distance {int(D_claim[i][j])}, "
-                      f"true distance {true_gap}")
-    Kint = [[int(K_claim[i][j]) for j in range(n)] for i in range(n)]
-
-    def exact_sum(values, power=1):
-        # sum of 1/v^power, exactly: one Fraction per distinct denominator
-        return sum((Fraction(cnt, v ** power) for v, cnt in Counter(values).items()),
-                   Fraction(0))
-
-    S = exact_sum([Kint[i][j] for i in range(n) for j in range(n) if i != j], 2)
-    rows = max(exact_sum([Kint[i][j] for j in range(n) if j != i]) for i in range(n))
-    cols = max(exact_sum([Kint[i][j] for i in range(n) if i != j]) for j in range(n))
-    proved = n if rows <= 1 or cols <= 1 else min(n, math.floor(Fraction(n * n) / (n + S)) + 1)
+        ov = tokens @ tokens[q[i]]
+        others = np.delete(np.arange(n), i)
+        if (k[others] == k[i]).any():
+            j = int(others[np.argmax(k[others] == k[i])])
+            _fail(f"pair ({i}, {j}): key {int(k[j])} is not reached from key {int(k[i])} "
+                  f"for query {int(q[i])}")
+        prod, missing, used = _row_chains(i, int(k[i]), k[others], c.parents[i], ov, N)
+        if prod is None:
+            j = int(others[np.argmax(k[others] == missing)]) if (k[others] == missing).any() \
+                else int(others[0])
+            _fail(f"pair ({i}, {j}): key {int(k[j])} is not reached from key {int(k[i])} "
+                  f"for query {int(q[i])}")
+        _check_row_claims(i, others, k, prod, ov, K_claim, D_claim)
+        steps[0].append(np.full(len(used[0]), i, dtype=np.int64))
+        steps[1].append(used[0])
+        steps[2].append(used[1])
+    proved = _proved_rank(K_claim, n)
     if claim > proved:
         _fail(f"claimed rank {claim} exceeds the {proved} that R5 gives from the ratio bounds")
     # last, the one pass over the family: every sequence the chains use is present
-    si, sa, sb = (np.frombuffer(col, dtype=np.int64) for col in steps)
+    si, sa, sb = (np.concatenate(col) for col in steps)
+    _check_family(X, tokens, q, si, sa, sb, N)
+
+
+def _check_row_claims(i, others, k, prod, ov, K_claim, D_claim):
+    """Row ``i``'s claimed bounds follow from its chains; its overlap gaps are true."""
+    claimed = np.asarray(K_claim[i])[others]
+    got = prod[k[others]]
+    if claimed.dtype != object and got.dtype != object:
+        bad = (claimed < 1) | (claimed > got)
+    else:
+        bad = np.array([int(c) < 1 or int(c) > int(g) for c, g in zip(claimed, got)],
+                       dtype=bool)
+    if bad.any():
+        t = int(np.argmax(bad))
+        _fail(f"pair ({i}, {int(others[t])}): claimed ratio bound 1/{int(claimed[t])} does "
+              f"not follow from the chain (which gives 1/{int(got[t])})")
+    true_gap = ov[k[others]] - ov[k[i]]
+    bad = np.asarray(D_claim[i])[others].astype(np.int64) != true_gap
+    if bad.any():
+        j = int(others[np.argmax(bad)])
+        _fail(f"pair ({i}, {j}): claimed overlap distance {int(D_claim[i][j])}, "
+              f"true distance {int(ov[k[j]] - ov[k[i]])}")
+
+
+def _proved_rank(K_claim, n):
+    """What R5 gives from the claimed denominators: ``floor(n^2 / (n + S)) + 1``, or
+    ``n`` when every row (or every column) of ``1/K`` sums to at most 1 (exact)."""
+    off = ~np.eye(n, dtype=bool)
+    if K_claim.dtype == object:
+        vals = K_claim[off]
+        uniq = sorted(set(int(v) for v in vals))
+        index = {v: t for t, v in enumerate(uniq)}
+        idx = np.array([index[int(v)] for v in vals], dtype=np.int64)
+    else:
+        uniq_arr, idx = np.unique(K_claim[off].astype(np.int64), return_inverse=True)
+        uniq = [int(v) for v in uniq_arr]
+    if uniq and uniq[0] < 1:
+        _fail(f"a claimed ratio bound 1/{uniq[0]} is not a positive integer denominator")
+    idx = idx.reshape(n, n - 1)
+    inv = [Fraction(1, v) for v in uniq]
+    S = sum((Fraction(int(cnt), v * v) for v, cnt in zip(uniq, np.bincount(idx.ravel(),
+                                                                           minlength=len(uniq)))),
+            Fraction(0))
+
+    def largest_sum(index_rows):
+        counts = np.zeros((n, len(uniq)), dtype=np.int64)
+        np.add.at(counts, (np.repeat(np.arange(n), n - 1), index_rows.ravel()), 1)
+        return max(sum((int(cnt) * f for cnt, f in zip(row, inv) if cnt), Fraction(0))
+                   for row in np.unique(counts, axis=0))
+
+    col_idx = np.empty((n, n), dtype=np.int64)
+    col_idx[off] = idx.ravel()
+    col_idx = col_idx.T[off.T].reshape(n, n - 1)
+    rows_max, cols_max = largest_sum(idx), largest_sum(col_idx)
+    if rows_max <= 1 or cols_max <= 1:
+        return n
+    return min(n, math.floor(Fraction(n * n) / (n + S)) + 1)
+
+
+def _check_family(X, tokens, q, si, sa, sb, N):
+    """Every S1, S2, S3 of the chain steps ``(row, a, b)`` is in the family."""
     # S1, S2, S3 of every step as (id, count) slots: {x, a^(N-1)}, {x, b^(N-1)},
     # {x, a, b^(N-2)}
-    x = np.asarray(q, dtype=np.int64)[si]
+    x = q[si]
     wanted_ids = np.stack([np.stack([x, sa, sa], 1), np.stack([x, sb, sb], 1),
                            np.stack([x, sa, sb], 1)], axis=1).reshape(-1, 3)
     wanted_counts = np.tile(np.array([[1, N - 1, 0], [1, N - 1, 0], [1, 1, N - 2]]),
@@ -289,4 +381,5 @@ def _check(c, X):
         first = int(np.argmin(found))
         i, a, b = (int(col[first // 3]) for col in (si, sa, sb))
         name = ("S1", "S2", "S3")[first % 3]
-        _fail(f"row {i}: sequence {name} for query {q[i]}, keys {a} -> {b} is missing from X")
+        _fail(f"row {i}: sequence {name} for query {int(q[i])}, keys {a} -> {b} is missing "
+              "from X")
