@@ -42,6 +42,12 @@ class Constraints:
         """``<tokens[a], tokens[b]>`` for index arrays ``a``, ``b``."""
         return overlap_words(self.words, a, b)
 
+    def release(self):
+        """Drop the triples, keeping the tokens and :meth:`overlap` (frees memory once
+        the chains are computed)."""
+        e = np.zeros(0, dtype=np.int64)
+        self.x = self.y = self.z = self.K = self.gap = e
+
 
 class Reach:
     """Best chains: rows ``(x, s, t)`` sorted, with denominator ``K`` and predecessor."""
@@ -124,10 +130,12 @@ def _from_codes(tokens, N, parts):
         keep[1:] = codes[1:] != codes[:-1]
         codes = codes[keep]
         del keep
-    x, rest = np.divmod(codes, T * T)
+    idx = index_dtype(T)
+    x, y, z = (np.empty(len(codes), dtype=idx) for _ in range(3))
+    for a in range(0, len(codes), SLOT_CHUNK):   # decoded in slices: small temporaries
+        x[a:a + SLOT_CHUNK], rest = np.divmod(codes[a:a + SLOT_CHUNK], T * T)
+        y[a:a + SLOT_CHUNK], z[a:a + SLOT_CHUNK] = np.divmod(rest, T)
     del codes
-    y, z = np.divmod(rest, T)
-    del rest
     return _constraints_of(tokens, N, x, y, z)
 
 
@@ -337,16 +345,49 @@ def _int64_safe(cons):
     return (w / 2) * (1 + np.log2(max(N - 2, 1))) < 62
 
 
+#: constraints whose chains are computed at a time (whole queries: a query's chains
+#: depend on its own constraints only)
+REACH_BLOCK = 1 << 23
+
+
 def reach(cons):
-    """Best chains of every (query, source) in the constraint DAGs (vectorised)."""
+    """Best chains of every (query, source) in the constraint DAGs (vectorised).
+
+    The queries are taken in blocks of about :data:`REACH_BLOCK` constraints, so that
+    the temporaries of the dynamic programme stay those of one block.
+    """
     if not _int64_safe(cons):
         return reach_reference(cons)
+    E = len(cons)
+    blocks, a = [], 0
+    while a < E:
+        b = min(E, a + REACH_BLOCK)
+        if b < E:
+            b = int(np.searchsorted(cons.x, cons.x[b], side="left"))
+            if b <= a:                      # one query with more constraints than a block
+                b = int(np.searchsorted(cons.x, cons.x[a], side="right"))
+        blocks.append((a, b))
+        a = b
+    parts = [_reach_block(cons, a, b) for a, b in blocks] or [_reach_block(cons, 0, 0)]
+    cols = []
+    for c in range(5):                      # one column at a time, freeing the parts
+        cols.append(np.concatenate([p[c] for p in parts]) if len(parts) > 1 else parts[0][c])
+        for p in parts:
+            p[c] = None
+    return Reach(*cols)
+
+
+def _reach_block(cons, a, b):
+    """Columns (x, s, t, K, pred) of the chains of the constraints ``a:b`` (whole
+    queries), sorted by (x, s, t)."""
     T = np.int64(len(cons.tokens))
     idx = index_dtype(T)
-    ex, ey, ez, eK, eg = cons.x, cons.y, cons.z, cons.K, cons.gap
+    ex, ey, ez, eK, eg = (v[a:b] for v in (cons.x, cons.y, cons.z, cons.K, cons.gap))
+    ex, ey = ex.astype(np.int64), ey.astype(np.int64)
     ecode = ex * T + ey                     # sorted (edges are sorted by x, y, z)
     src_code = sorted_unique(ecode)
     sx, ss = src_code // T, src_code % T
+    del src_code
     levels = {}
 
     def push(x, s, t, K, pred, level):
@@ -401,7 +442,7 @@ def reach(cons):
     del x, s, t
     for c in range(5):
         cols[c] = cols[c][order]
-    return Reach(*cols)
+    return cols
 
 
 def reach_reference(cons):

@@ -935,6 +935,7 @@ def _certify(X, *, reference=False):
     if not n_constraints:
         return _trivial(tokens, N, "the family contains no (S1, S2, S3) triple with gap >= 2")
     R = reach_reference(cons) if reference else reach(cons)
+    cons.release()                          # the chains hold what the search needs
     G, clique, strategy, exhaustive = _search(cons, R)
     n = len(clique)
     if n < 2:
