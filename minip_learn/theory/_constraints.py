@@ -347,7 +347,7 @@ def _int64_safe(cons):
 
 #: constraints whose chains are computed at a time (whole queries: a query's chains
 #: depend on its own constraints only)
-REACH_BLOCK = 1 << 23
+REACH_BLOCK = 1 << 22
 
 
 def reach(cons):
@@ -369,6 +369,9 @@ def reach(cons):
         blocks.append((a, b))
         a = b
     parts = [_reach_block(cons, a, b) for a, b in blocks] or [_reach_block(cons, 0, 0)]
+    if len({p[3].dtype for p in parts}) > 1:          # products as int64 in every block
+        for p in parts:
+            p[3] = p[3].astype(np.int64)
     cols = []
     for c in range(5):                      # one column at a time, freeing the parts
         cols.append(np.concatenate([p[c] for p in parts]) if len(parts) > 1 else parts[0][c])
@@ -442,6 +445,8 @@ def _reach_block(cons, a, b):
     del x, s, t
     for c in range(5):
         cols[c] = cols[c][order]
+    if cols[3].dtype == np.int64 and (not len(cols[3]) or cols[3].max() < 2**31):
+        cols[3] = cols[3].astype(np.int32)  # every block the same dtype: see reach
     return cols
 
 

@@ -955,7 +955,7 @@ def _certify(X, *, reference=False):
     rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if n else lo
     parents = ChainTrees(np.concatenate([[0], np.cumsum(hi - lo)]), R.t[rows], R.pred[rows])
     del rows, rcode
-    Kobj = K if K.dtype != object else _as_int64_if_fits(K)
+    Kobj = K.astype(np.int64) if K.dtype != object else _as_int64_if_fits(K)
     eps = reciprocals(K)
     np.fill_diagonal(eps, 1.0)
     return Certificate(
