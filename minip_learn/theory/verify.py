@@ -108,8 +108,9 @@ def _family_slots(X, lookup, m):
         yield ids[(ids >= 0).all(axis=1)], np.ones((0, N), dtype=np.int64)
 
 
-def _found_multisets(X, tokens, wanted_ids, wanted_counts):
-    """Which of the wanted multisets (rows of (id, count) slots) the family holds.
+def _found_codes(X, tokens, want):
+    """Which of the sorted, distinct multiset codes ``want`` (an int64 array, or a list
+    of Python integers) the family holds.
 
     One pass over the family in slices of :data:`CHUNK` sequences: each slice's tokens
     are looked up in the certificate's token list, its multisets encoded over it and
@@ -118,16 +119,10 @@ def _found_multisets(X, tokens, wanted_ids, wanted_counts):
     N, m = X.shape[1], X.shape[2]
     T = len(tokens)
     lookup = {bytes(t): i for i, t in enumerate(np.packbits(tokens, axis=1))}
-    want, _ = _multiset_codes(wanted_ids, wanted_counts, T, N)
     exact = not isinstance(want, np.ndarray)
-    if exact:
-        uniq_want = sorted(set(want))
-        index = {code: i for i, code in enumerate(uniq_want)}
-        back = np.array([index[code] for code in want], dtype=np.int64)
-    else:
-        uniq_want, back = np.unique(want, return_inverse=True)
-    found = np.zeros(len(uniq_want), dtype=bool)
-    for ids, counts in (_family_slots(X, lookup, m) if len(uniq_want) else ()):
+    index = {code: i for i, code in enumerate(want)} if exact else None
+    found = np.zeros(len(want), dtype=bool)
+    for ids, counts in (_family_slots(X, lookup, m) if len(want) else ()):
         if not counts.size:                         # materialised: every position once
             counts = np.ones(ids.shape, dtype=np.int64)
         codes, ok = _multiset_codes(ids, counts, T, N)
@@ -135,9 +130,9 @@ def _found_multisets(X, tokens, wanted_ids, wanted_counts):
             found[[index[c] for c, good in zip(codes, ok) if good and c in index]] = True
             continue
         codes = codes[ok]
-        pos = np.minimum(np.searchsorted(uniq_want, codes), len(uniq_want) - 1)
-        found[pos[uniq_want[pos] == codes]] = True
-    return found[back]
+        pos = np.minimum(np.searchsorted(want, codes), len(want) - 1)
+        found[pos[want[pos] == codes]] = True
+    return found
 
 
 def verify_certificate(certificate, X, *, raise_on_failure=True):
@@ -367,19 +362,48 @@ def _proved_rank(K_claim, n):
     return min(n, math.floor(Fraction(n * n) / (n + S)) + 1)
 
 
+#: chain steps whose multisets are encoded at a time
+STEP_CHUNK = 1 << 22
+
+
 def _check_family(X, tokens, q, si, sa, sb, N):
-    """Every S1, S2, S3 of the chain steps ``(row, a, b)`` is in the family."""
-    # S1, S2, S3 of every step as (id, count) slots: {x, a^(N-1)}, {x, b^(N-1)},
-    # {x, a, b^(N-2)}
-    x = q[si]
-    wanted_ids = np.stack([np.stack([x, sa, sa], 1), np.stack([x, sb, sb], 1),
-                           np.stack([x, sa, sb], 1)], axis=1).reshape(-1, 3)
-    wanted_counts = np.tile(np.array([[1, N - 1, 0], [1, N - 1, 0], [1, 1, N - 2]]),
-                            (len(si), 1))
-    found = _found_multisets(X, tokens.astype(np.uint8), wanted_ids, wanted_counts)
-    if not found.all():
-        first = int(np.argmin(found))
-        i, a, b = (int(col[first // 3]) for col in (si, sa, sb))
-        name = ("S1", "S2", "S3")[first % 3]
-        _fail(f"row {i}: sequence {name} for query {int(q[i])}, keys {a} -> {b} is missing "
-              "from X")
+    """Every S1, S2, S3 of the chain steps ``(row, a, b)`` is in the family:
+    ``{x, a^(N-1)}``, ``{x, b^(N-1)}`` and ``{x, a, b^(N-2)}`` with ``x`` the row's
+    query, encoded slice by slice and looked up in one pass over the family."""
+    T = len(tokens)
+    patterns = (np.array([1, N - 1, 0]), np.array([1, N - 1, 0]), np.array([1, 1, N - 2]))
+
+    def codes_of(kind, lo, hi):
+        x, a, b = q[si[lo:hi]], sa[lo:hi], sb[lo:hi]
+        ids = (np.stack([x, a, a], 1), np.stack([x, b, b], 1), np.stack([x, a, b], 1))[kind]
+        counts = np.broadcast_to(patterns[kind], ids.shape)
+        return _multiset_codes(ids, counts, T, N)[0]
+
+    parts = []
+    for lo in range(0, len(si), STEP_CHUNK):
+        for kind in range(3):
+            c = codes_of(kind, lo, lo + STEP_CHUNK)
+            parts.append(sorted(set(c)) if isinstance(c, list) else np.unique(c))
+    if any(isinstance(c, list) for c in parts):
+        want = sorted(set().union(*(set(np.asarray(c).tolist()) if not isinstance(c, list)
+                                    else set(c) for c in parts)))
+    else:
+        want = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        parts.clear()
+        want.sort()
+        want = want[np.append(True, want[1:] != want[:-1])] if len(want) else want
+    found = _found_codes(X, tokens.astype(np.uint8), want)
+    if found.all():
+        return
+    for lo in range(0, len(si), STEP_CHUNK):      # name the first step that misses one
+        for kind in range(3):
+            c = codes_of(kind, lo, lo + STEP_CHUNK)
+            if isinstance(want, list):
+                pos = np.array([want.index(v) for v in c], dtype=np.int64)
+            else:
+                pos = np.searchsorted(want, c)
+            miss = ~found[pos]
+            if miss.any():
+                t = lo + int(np.argmax(miss))
+                _fail(f"row {int(si[t])}: sequence {('S1', 'S2', 'S3')[kind]} for query "
+                      f"{int(q[si[t]])}, keys {int(sa[t])} -> {int(sb[t])} is missing from X")
