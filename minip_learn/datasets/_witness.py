@@ -29,7 +29,7 @@ from ..theory import (
     witness_family,
 )
 from ..theory.design import LADDER_GAPS
-from ._minip import minip_targets, seed_param
+from ._minip import seed_param
 
 __all__ = ["make_witness_suite"]
 
@@ -365,13 +365,14 @@ def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, desig
     tokens = family.tokens   # the distinct tokens, np.unique order
     n = len(words)
     X = family.to_sequences() if family.materialized_nbytes <= MATERIALIZE_MAX_BYTES else None
+    slot_targets = family.targets()
     return Bunch(
         X=X,
-        y=None if X is None else minip_targets(X),
+        y=None if X is None else family.expand(slot_targets),
         family=family,
         token_ids=family.token_ids,
         counts=family.counts,
-        slot_targets=family.targets(),
+        slot_targets=slot_targets,
         tokens=tokens,
         queries=words.copy(),
         designated_keys=(1 - words).astype(np.uint8),
