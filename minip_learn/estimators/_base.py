@@ -8,12 +8,19 @@ prediction, persistence.
 one member (restarts one after the other); ``fit_members`` trains many members at
 once through the same function. The fitted skorch net is
 ``net_`` (history, ``module_``, ``save_params``...).
+
+Every method that takes ``X`` also takes a family in multiset form
+(:class:`~minip_learn.compact.CompactFamily`): the head then sees the tokens of every
+slot and their multiplicities (``forward(x, counts=counts)``), never the materialised
+``(n, N, n_bits)`` sequences, and targets and predictions are per slot, shape
+``(n_sequences, n_slots)``, aligned with its ``token_ids`` (0 at padding).
 """
 
 import copy
 import math
 import os
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -29,6 +36,7 @@ from .._validation import (
     check_targets,
     distinct_tokens,
 )
+from ..compact import is_compact
 from ..metrics import TOLERANCE, sequence_exact_match
 from ..training import absolute_error, build_net, train_members
 
@@ -75,6 +83,42 @@ def _to_tensor(arr, dtype, device):
     # np.array copies: torch gets a writable, C-contiguous array even for read-only
     # (e.g. memory-mapped) input.
     return torch.from_numpy(np.array(arr, dtype=_NP_DTYPES[dtype], order="C")).to(device)
+
+
+class _Inputs(NamedTuple):
+    """Validated sequences as the head reads them.
+
+    ``tokens`` (n, N, n_bits): the sequences, or for a
+    :class:`~minip_learn.compact.CompactFamily` the tokens of its slots (n, k, n_bits)
+    with ``counts`` (n, k) their multiplicities (None for materialised sequences);
+    ``seq_len``: the length of the sequences.
+    """
+
+    tokens: np.ndarray
+    was_2d: bool
+    counts: np.ndarray | None
+    seq_len: int
+
+    @property
+    def padding(self):
+        """The padding slots (n, k), or None for materialised sequences."""
+        return None if self.counts is None else self.counts == 0
+
+
+def _compact_targets(y, family, fill):
+    """Targets ``y`` of a compact ``family``, one per slot: shape-checked, padding set
+    to ``fill`` (``"slot0"``: the target of the sequence's first slot)."""
+    arr = np.asarray(y)
+    expected = (family.n_sequences, family.n_slots)
+    if arr.shape != expected:
+        raise ValueError(
+            f"y has shape {arr.shape}, which does not match X: for a CompactFamily X, y "
+            f"holds one target per slot, expected {expected} (n_sequences, n_slots), "
+            "aligned with X.token_ids as minip_targets(X) returns it.")
+    pad = family.padding
+    if pad.any():
+        arr = np.where(pad, arr[:, :1] if fill == "slot0" else fill, arr)
+    return arr
 
 
 class AttentionEstimator(BaseEstimator):
@@ -138,24 +182,33 @@ class AttentionEstimator(BaseEstimator):
         return checked
 
     def _validate_X(self, X, *, reset):
+        """``X`` as :class:`_Inputs` (a compact family: its slots, never materialised)."""
         # fit sets n_bits_ & co. only once training succeeded (reset=True: no check)
-        X3, was_2d = check_sequences(X, allow_2d=True)
-        if not reset and X3.shape[2] != self.n_bits_:
+        if is_compact(X):  # validated when it was made
+            data = _Inputs(X.slot_tokens(), False, X.counts, X.seq_len)
+        else:
+            X3, was_2d = check_sequences(X, allow_2d=True)
+            data = _Inputs(X3, was_2d, None, X3.shape[1])
+        n_bits = data.tokens.shape[2]
+        if not reset and n_bits != self.n_bits_:
             raise ValueError(
-                f"X has {X3.shape[2]} features, but {type(self).__name__} is expecting "
-                f"{self.n_bits_} features as input: X has n_bits={X3.shape[2]} per token, "
+                f"X has {n_bits} features, but {type(self).__name__} is expecting "
+                f"{self.n_bits_} features as input: X has n_bits={n_bits} per token, "
                 f"but the model was fitted with n_bits={self.n_bits_}."
             )
-        return X3, was_2d
+        return data
 
     def _validate_data(self, X, y, check_minip):
         if y is None:
             raise ValueError(
                 f"{type(self).__name__} requires y to be passed, but the target y is None."
             )
-        X3, was_2d = self._validate_X(X, reset=True)
-        y2, fitted = self._encode_targets(X3, y, was_2d, check_minip)
-        return X3, y2, fitted
+        data = self._validate_X(X, reset=True)
+        if data.counts is not None:
+            # padding holds no target: it mirrors the first slot, whose token it repeats
+            y = _compact_targets(y, X, "slot0")
+        y2, fitted = self._encode_targets(data.tokens, y, data.was_2d, check_minip)
+        return data, y2, fitted
 
     @staticmethod
     def _training_args(checked):
@@ -166,13 +219,15 @@ class AttentionEstimator(BaseEstimator):
                                         "verbose")}
 
     # -- training ------------------------------------------------------------------
-    def _train(self, X3, y2, members, checked, *, batched, progress=False):
-        """Train ``members`` ``(module_params, random_state)`` as one stack."""
+    def _train(self, data, y2, members, checked, *, batched, progress=False):
+        """Train ``members`` ``(module_params, random_state)`` as one stack on the
+        validated ``data`` (:class:`_Inputs`)."""
         dtype, device = checked["dtype"], checked["device"]
+        counts = None if data.counts is None else _to_tensor(data.counts, dtype, device)
         return train_members(
             self._module_class(members[0][0]), members,
-            _to_tensor(X3, dtype, device), _to_tensor(y2, dtype, device),
-            criterion=self._criterion, error=self._error, n_init=checked["n_init"],
+            _to_tensor(data.tokens, dtype, device), _to_tensor(y2, dtype, device),
+            counts=counts, criterion=self._criterion, error=self._error, n_init=checked["n_init"],
             batched_restarts=batched, stop_tolerance=checked["stop_tolerance"],
             split_every=checked.get("split_every"), progress=progress,
             **self._training_args(checked))
@@ -182,12 +237,18 @@ class AttentionEstimator(BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
+or CompactFamily
             Token sequences of real token vectors; a 2-D array is read as sequences of
-            one token.
-        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+            one token. A :class:`~minip_learn.compact.CompactFamily` trains on its
+            slots and their multiplicities, at the cost of ``n_slots`` tokens per
+            sequence, with every slot's loss weighted by its multiplicity: the loss of
+            the materialised family.
+        y : array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, \
+n_slots)
             Finite real targets, one per token (e.g.
-            :func:`~minip_learn.datasets.minip_targets`).
+            :func:`~minip_learn.datasets.minip_targets`); for a compact ``X``, one per
+            slot, aligned with its ``token_ids`` (padding entries are ignored).
         check_minip : bool, default=False
             Also require Min-IP data: 0/1 tokens and ``y`` equal to the exact Min-IP
             targets of ``X`` (integers in ``0..n_bits``); negative, fractional or wrong
@@ -199,14 +260,14 @@ class AttentionEstimator(BaseEstimator):
         self : object
             The fitted estimator.
         """
-        X3, y2, fitted = self._validate_data(X, y, check_minip)
+        data, y2, fitted = self._validate_data(X, y, check_minip)
         checked = self._check_params()
-        module_params = self._module_params(X3, checked, fitted)
-        res = self._train(X3, y2, [(module_params, self.random_state)], checked,
+        module_params = self._module_params(data.tokens, checked, fitted)
+        res = self._train(data, y2, [(module_params, self.random_state)], checked,
                           batched=False)
         # Everything fitted is set together, after training: a fit that raises leaves
         # the estimator as it was (unfitted, or fitted by the previous call).
-        return self._set_fitted_state(res.members[0], X3, module_params, fitted)
+        return self._set_fitted_state(res.members[0], data, module_params, fitted)
 
     def fit_members(self, X, y, params, *, progress=False):
         """Fit ``clone(self).set_params(**p)`` for every ``p`` in ``params`` at once.
@@ -218,8 +279,11 @@ class AttentionEstimator(BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
-        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
+or CompactFamily
+        y : array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, \
+n_slots)
+            As in :meth:`fit`.
         params : list of dict
             The parameters of every member; keys among ``rank`` (estimators with a
             rank) and ``random_state``.
@@ -261,7 +325,8 @@ class AttentionEstimator(BaseEstimator):
                 raise ValueError(
                     f"members may differ only in {' and '.join(MEMBER_PARAMS)}; got "
                     f"{sorted(bad)}.")
-        X3, y2, fitted = self._validate_data(X, y, False)
+        data, y2, fitted = self._validate_data(X, y, False)
+        X3 = data.tokens
         ests = [clone(self).set_params(**p) for p in params]
         by_key, members, checked = {}, [], None
         for est in ests:
@@ -278,23 +343,24 @@ class AttentionEstimator(BaseEstimator):
                 f"{type(self).__name__} {reason} is fitted one by one (ensemble=False); "
                 "several members train as one stack only for single heads with an "
                 "affine readout.")
-        res = self._train(X3, y2, members, checked, batched=True, progress=progress)
+        res = self._train(data, y2, members, checked, batched=True, progress=progress)
         tokens = distinct_tokens(X3.reshape(-1, X3.shape[2]))  # once for every member
         for est, member, (module_params, _) in zip(ests, res.members, members):
-            est._set_fitted_state(member, X3, module_params, fitted, tokens=tokens)
+            est._set_fitted_state(member, data, module_params, fitted, tokens=tokens)
         return Bunch(estimators=ests, n_members=res.n_members, path=res.path)
 
-    def _set_fitted_state(self, member, X3, module_params, fitted, tokens=None):
-        """Set every fitted attribute from a trained member (``fit``, ``fit_members``);
-        ``tokens``: the distinct tokens of ``X3`` when already known."""
+    def _set_fitted_state(self, member, data, module_params, fitted, tokens=None):
+        """Set every fitted attribute from a trained member (``fit``, ``fit_members``)
+        on the training ``data`` (:class:`_Inputs`); ``tokens``: the distinct tokens of
+        ``data.tokens`` when already known."""
         self.__dict__.pop("vocabulary_", None)
         vocab = module_params.get("feature_kwargs", {}).get("vocabulary")
         if vocab is not None:
             self.vocabulary_ = vocab
         net, err = member.net, member.train_max_error
         self.net_ = net
-        self.n_bits_ = self.n_features_in_ = X3.shape[2]
-        self.seq_len_ = X3.shape[1]
+        self.n_bits_ = self.n_features_in_ = data.tokens.shape[2]
+        self.seq_len_ = data.seq_len
         self.n_epochs_ = len(net.history)
         self.init_errors_ = member.init_errors
         self.train_max_error_ = err
@@ -359,11 +425,13 @@ class AttentionEstimator(BaseEstimator):
 
     # -- prediction ------------------------------------------------------------------
     def _raw_predict(self, X):
-        """The module's outputs for ``X`` in float64 (chunked, memory-checked)."""
+        """The module's outputs for ``X`` in float64 (chunked, memory-checked); for a
+        compact ``X``, one per slot and 0 at padding."""
         check_is_fitted(self, "net_")
-        X3, was_2d = self._validate_X(X, reset=False)
+        data = self._validate_X(X, reset=False)
+        X3, was_2d, counts = data.tokens, data.was_2d, data.counts
         self._check_predict_tokens(X3)
-        n_samples, seq_len, _ = X3.shape
+        n_samples, seq_len, _ = X3.shape  # seq_len: the slots of a compact X
         # The trained parameters are evaluated in float64: float32 matrix products round
         # a row differently depending on its position in the batch (by an ulp), which
         # would make predictions depend on the order and chunking of X.
@@ -383,8 +451,10 @@ class AttentionEstimator(BaseEstimator):
         with torch.no_grad():
             for start in range(0, n_samples, chunk):
                 xb = _to_tensor(X3[start:start + chunk], dtype, device)
+                kwargs = {} if counts is None else {
+                    "counts": _to_tensor(counts[start:start + chunk], dtype, device)}
                 try:
-                    out.append(module(xb).detach().cpu())
+                    out.append(module(xb, **kwargs).detach().cpu())
                 except RuntimeError as exc:
                     if not _is_out_of_memory(exc):
                         raise
@@ -393,6 +463,8 @@ class AttentionEstimator(BaseEstimator):
                         f"predicting ran out of memory ({self._predict_cost_note()})."
                     ) from None
         out = torch.cat(out).to(torch.float64).numpy()
+        if counts is not None:
+            out[data.padding] = 0.0
         return out[:, 0] if was_2d else out
 
     def _predict_bytes_per_sequence(self, seq_len, itemsize):
@@ -439,12 +511,17 @@ class ExactMatchScore:
     def score(self, X, y, sample_weight=None):
         """Sequence exact-match accuracy: the fraction of sequences whose every
         position is predicted correctly (within 1/2 of its target for a regressor, its
-        class for a classifier); for 2-D ``X`` the fraction of tokens.
+        class for a classifier); for 2-D ``X`` the fraction of tokens. For a compact
+        ``X`` every slot stands for the positions of its token (the same output), so
+        the score is that of the materialised family.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
-        y : array-like of shape (n_samples, seq_len) or (n_samples,)
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
+or CompactFamily
+        y : array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, \
+n_slots)
+            For a compact ``X``, one target per slot; padding entries are ignored.
         sample_weight : None
             Not supported; must be None.
 
@@ -465,16 +542,22 @@ class AttentionRegressorMixin(ExactMatchScore, RegressorMixin):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
+or CompactFamily
             Sequences of any length; tokens must have the ``n_bits`` seen in fit.
 
         Returns
         -------
         y_pred : ndarray of shape (n_samples, seq_len), or (n_samples,) for 2-D X
+            For a compact ``X``, shape (n_samples, n_slots): the output at every slot
+            (that of every position of its token, see ``X.expand``), 0.0 at padding.
         """
         return self._raw_predict(X)
 
     def _exact_match(self, X, y, y_pred):
+        if is_compact(X):
+            y2 = check_targets(_compact_targets(y, X, 0.0), X.n_sequences, X.n_slots)
+            return sequence_exact_match(y2, y_pred)  # 0 and 0 at padding
         X3, was_2d = check_sequences(X, allow_2d=True)
         y2 = check_targets(y, X3.shape[0], X3.shape[1], was_2d=was_2d)
         return sequence_exact_match(y2, y_pred.reshape(y2.shape))

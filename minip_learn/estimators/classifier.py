@@ -7,6 +7,7 @@ from sklearn.base import ClassifierMixin
 from sklearn.utils.multiclass import check_classification_targets
 
 from .._validation import check_minip_targets, check_targets, ravel_column_vector
+from ..compact import is_compact
 from ._base import ExactMatchScore
 from .kernel import KernelAttentionBase
 
@@ -15,11 +16,18 @@ __all__ = ["KernelAttentionClassifier"]
 
 class _TokenCrossEntropy(torch.nn.Module):
     """Cross-entropy of per-position logits ``(..., n_classes)`` against class indices
-    stored as floats ``(...)`` (the estimators move targets in the training dtype)."""
+    stored as floats ``(...)`` (the estimators move targets in the training dtype);
+    with ``weights`` (shaped like ``target``, e.g. the multiplicities of the slots of a
+    compact family) the weighted mean over positions."""
 
-    def forward(self, logits, target):
-        return torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), target.reshape(-1).long())
+    def forward(self, logits, target, weights=None):
+        flat = logits.reshape(-1, logits.shape[-1])
+        if weights is None:
+            return torch.nn.functional.cross_entropy(flat, target.reshape(-1).long())
+        losses = torch.nn.functional.cross_entropy(
+            flat, target.reshape(-1).long(), reduction="none")
+        w = weights.reshape(-1)
+        return (w * losses).sum() / w.sum()
 
 
 def _class_distance(logits, target):
@@ -127,9 +135,12 @@ device, random_state, verbose
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
-        y : array-like of shape (n_samples, seq_len) or (n_samples,)
-            Class labels, one per token (e.g. Min-IP targets ``0..n_bits``).
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
+or CompactFamily
+        y : array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, \
+n_slots)
+            Class labels, one per token (e.g. Min-IP targets ``0..n_bits``); for a
+            compact ``X``, one per slot (padding entries are ignored).
         check_minip : bool, default=False
             Also require Min-IP data (0/1 tokens, ``y`` the exact Min-IP targets).
 
@@ -144,14 +155,20 @@ device, random_state, verbose
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
+or CompactFamily
 
         Returns
         -------
         y_pred : ndarray of shape (n_samples, seq_len), or (n_samples,) for 2-D X
+            For a compact ``X``, shape (n_samples, n_slots), with the zero of the
+            labels' dtype (0 for Min-IP classes) at padding.
         """
         logits = self._raw_predict(X)
-        return self.classes_[logits.argmax(-1)]
+        pred = self.classes_[logits.argmax(-1)]
+        if is_compact(X):
+            pred[X.padding] = np.zeros((), dtype=pred.dtype)
+        return pred
 
     def _exact_match(self, X, y, y_pred):
         labels = np.asarray(y)
@@ -159,8 +176,10 @@ device, random_state, verbose
             raise ValueError(
                 f"y has shape {labels.shape}, which does not match the predictions "
                 f"{y_pred.shape} (one label per token of every sequence).")
-        correct = (labels.reshape(y_pred.shape) == y_pred).reshape(len(y_pred), -1)
-        return float(correct.all(axis=1).mean())
+        correct = labels.reshape(y_pred.shape) == y_pred
+        if is_compact(X):
+            correct |= X.padding  # padding holds no label
+        return float(correct.reshape(len(y_pred), -1).all(axis=1).mean())
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

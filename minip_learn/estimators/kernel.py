@@ -147,9 +147,9 @@ class KernelAttentionBase(AttentionEstimator):
             for phi in {id(m): m for m in (head.query_features, head.key_features)}.values():
                 check_feature_map_output(phi, tokens, params["feature_map"])
 
-    def _set_fitted_state(self, member, X3, module_params, fitted, tokens=None):
-        super()._set_fitted_state(member, X3, module_params, fitted)
-        self.kernel_min_ = self._kernel_min(X3 if tokens is None else tokens)
+    def _set_fitted_state(self, member, data, module_params, fitted, tokens=None):
+        super()._set_fitted_state(member, data, module_params, fitted)
+        self.kernel_min_ = self._kernel_min(data.tokens if tokens is None else tokens)
         return self
 
     def _set_fitted_module(self, module):

@@ -16,7 +16,21 @@ readout ``rho_x(u) = <w(x), u> + b(x)``, a head computes (see :ref:`theory-r1`)
 
 either through the explicit ``N x N`` kernel (short sequences, :func:`is_short`) or
 through the fixed-size sketch ``S = sum_j phi_K(x_j) v_j^T``, ``s = sum_j phi_K(x_j)``
-(:func:`sketch`). No scikit-learn in this layer.
+(:func:`sketch`). Dense softmax attention (:func:`softmax_weights`,
+:func:`softmax_attend`) is written here too.
+
+**Token multiplicities.** A sequence may be given in multiset form: its distinct tokens
+(slots) and how often each occurs (``counts``, shape ``(..., N)``, 0 for a padding slot
+that stands for nothing). Normalised kernel attention and softmax attention without
+positional maps see a sequence only through that multiset: the output at a token is
+
+    u_i = sum_j c_j alpha_ij v_j / sum_j c_j alpha_ij
+
+over the slots ``j`` (softmax: ``log c_j`` added to the scores), which is what the
+materialised sequence, each token repeated ``c_j`` times, gives at every position of
+that token. Every function that sums over keys takes an optional ``counts``; None means
+one occurrence per position and leaves the arithmetic exactly as without it.
+No scikit-learn in this layer.
 
 Examples
 --------
@@ -48,6 +62,9 @@ __all__ = [
     "pair_readout",
     "pairwise_dots",
     "sketch",
+    "softmax_attend",
+    "softmax_weights",
+    "weight_keys",
 ]
 
 #: below this many tokens per sequence :func:`pairwise_dots` loops over token pairs
@@ -419,11 +436,12 @@ def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3,
     For every output position ``i`` (a query position of some sequence, with query
     token ``t(i)``), ``y_i = sum_p R_ip alpha_p g_p / guard(sum_p R_ip alpha_p) +
     b_t(i)``, where ``R_ip`` counts the keys of ``i``'s sequence that form the token
-    pair ``p`` with ``i``'s token: :func:`kernel_readout` with the sums over keys
-    written as one sparse matrix product, so no ``(positions x keys)`` tensor is
-    formed (sequences drawn from few distinct tokens, e.g. a witness suite).
-    ``alpha`` may carry any positive scale per query token (the normalisation divides
-    it out). The backward is written by hand.
+    pair ``p`` with ``i``'s token (each key slot with its multiplicity, for a sequence
+    in multiset form): :func:`kernel_readout` with the sums over keys written as one
+    sparse matrix product, so no ``(positions x keys)`` tensor is formed (sequences
+    drawn from few distinct tokens, e.g. a witness suite). ``alpha`` may carry any
+    positive scale per query token (the normalisation divides it out). The backward is
+    written by hand.
 
     Parameters
     ----------
@@ -472,13 +490,42 @@ def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3,
     return out.reshape(lead + (-1,))
 
 
+def weight_keys(phi_k, counts):
+    """Key features weighted by the multiplicity of their token, ``c_j phi_K(x_j)``.
+
+    Every kernel value ``alpha_ij`` a query sums over then carries the factor ``c_j``,
+    in the numerator and in the denominator alike: the sums over the distinct tokens of
+    a multiset equal the sums over the positions of its materialised sequence.
+
+    Parameters
+    ----------
+    phi_k : Tensor of shape (..., N, r)
+        Key features (:func:`attention_features`).
+    counts : Tensor of shape (..., N) or None
+        Multiplicity of every key slot (0 for padding); None: ``phi_k`` itself.
+
+    Returns
+    -------
+    Tensor of shape (..., N, r)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import attention
+    >>> attention.weight_keys(torch.ones(1, 2, 3), torch.tensor([[2.0, 0.0]]))[0]
+    tensor([[2., 2., 2.],
+            [0., 0., 0.]])
+    """
+    return phi_k if counts is None else phi_k * counts.unsqueeze(-1)
+
+
 def sketch(phi_k, v):
     """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v_j^T`` of shape (..., r, d)
     and ``s = sum_j phi_K(x_j)`` of shape (..., r)."""
     return phi_k.transpose(-2, -1) @ v, phi_k.sum(-2)
 
 
-def attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3):
+def attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, counts=None):
     """Attended values ``u`` of shape (..., N, d): explicit kernel or sketch.
 
     Short sequences (:func:`is_short`) go through the explicit kernel
@@ -493,11 +540,14 @@ def attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3):
     nonnegative : bool
     eps : float, default=1e-3
         As in :func:`guard_denominator`.
+    counts : Tensor of shape (..., N), default=None
+        Multiplicity of every slot (:func:`weight_keys`); None: one per position.
 
     Returns
     -------
     Tensor of shape (..., N, d)
     """
+    phi_k = weight_keys(phi_k, counts)
     if is_short(v.shape[-2], phi_q.shape[-1], v.shape[-1]):
         alpha = pairwise_dots(phi_q, phi_k)
         return kernel_values(alpha, v, nonnegative=nonnegative, eps=eps)
@@ -506,7 +556,7 @@ def attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3):
     return (phi_q @ S) / guard_denominator(den, nonnegative=nonnegative, eps=eps)
 
 
-def head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3):
+def head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3, counts=None):
     """Output ``y_i = <w(x_i), u_i> + b(x_i)`` of a head with an affine readout.
 
     Short sequences fold the readout into the explicit kernel
@@ -520,11 +570,14 @@ def head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3):
     b : Tensor of shape (..., N)
     nonnegative : bool
     eps : float, default=1e-3
+    counts : Tensor of shape (..., N), default=None
+        Multiplicity of every slot (:func:`weight_keys`); None: one per position.
 
     Returns
     -------
     Tensor of shape (..., N)
     """
+    phi_k = weight_keys(phi_k, counts)
     if is_short(v.shape[-2], phi_q.shape[-1], v.shape[-1]):
         return kernel_readout(pairwise_dots(phi_q, phi_k), pairwise_dots(w, v), b,
                               nonnegative=nonnegative, eps=eps)
@@ -535,3 +588,82 @@ def affine_readout(w, b, u):
     """``rho_x(u) = <w(x), u> + b(x)``: ``w`` and ``u`` of shape (..., d), ``b`` of
     shape (...)."""
     return (w * u).sum(-1) + b
+
+
+def softmax_weights(scores, counts=None):
+    """Softmax attention weights ``softmax_j(s_ij + log c_j)`` of shape (..., N, N).
+
+    Parameters
+    ----------
+    scores : Tensor of shape (..., N, N)
+        Attention logits (already divided by the temperature).
+    counts : Tensor of shape (..., N), default=None
+        Multiplicity of every key slot: ``log c_j`` joins the scores, so a slot counts
+        as ``c_j`` equal keys and a padding slot (``c_j = 0``, ``log 0 = -inf``) gets
+        weight 0. None: one per position.
+
+    Returns
+    -------
+    Tensor of shape (..., N, N)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import attention
+    >>> attention.softmax_weights(torch.zeros(1, 2, 2), torch.tensor([[3.0, 1.0]]))[0, 0]
+    tensor([0.7500, 0.2500])
+    """
+    if counts is not None:
+        scores = scores + torch.log(counts).unsqueeze(-2)
+    return torch.softmax(scores, dim=-1)
+
+
+def softmax_attend(q, k, v, *, scale, block_rows, counts=None):
+    """Softmax attention ``u_i = sum_j softmax_j(scale q_i^T k_j + log c_j) v_j`` through
+    :func:`torch.nn.functional.scaled_dot_product_attention`, ``block_rows`` queries
+    per call.
+
+    On CPU the fused kernel streams over the keys with a running maximum and never
+    forms the score matrix. It needs ``(batch, heads, N, width)`` inputs and one width
+    for queries, keys and values: zero columns pad them to it (they add nothing to the
+    scores) and the padded output columns are dropped.
+
+    Parameters
+    ----------
+    q, k : Tensor of shape (..., N, d_s)
+    v : Tensor of shape (..., N, d)
+    scale : float
+        Factor of the scores (``1 / temperature``).
+    block_rows : int
+        Most queries per call (bounds the memory of backends that form the scores).
+    counts : Tensor of shape (..., N), default=None
+        Multiplicity of every key slot, added to the scores as ``log c_j`` (an additive
+        attention mask); None: one per position (no mask).
+
+    Returns
+    -------
+    Tensor of shape (..., N, d)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import attention
+    >>> q = k = torch.zeros(1, 2, 3)
+    >>> v = torch.tensor([[[0.0], [4.0]]])
+    >>> attention.softmax_attend(q, k, v, scale=1.0, block_rows=2,
+    ...                          counts=torch.tensor([[3.0, 1.0]]))[0, :, 0]  # (3*0 + 4) / 4
+    tensor([1., 1.])
+    """
+    lead, n, d = q.shape[:-2], q.shape[-2], v.shape[-1]
+    width = max(q.shape[-1], d)
+    q, k, v = (torch.nn.functional.pad(t, (0, width - t.shape[-1])).reshape(-1, 1, n, width)
+               for t in (q, k, v))
+    mask = (None if counts is None else
+            torch.log(counts.to(q.dtype)).expand(*lead, n).reshape(-1, 1, 1, n))
+    rows = min(n, max(1, int(block_rows)))
+    u = torch.cat([
+        torch.nn.functional.scaled_dot_product_attention(
+            q[:, :, start:start + rows], k, v, attn_mask=mask, scale=scale)
+        for start in range(0, n, rows)
+    ], dim=-2)
+    return u[..., :d].reshape(*lead, n, d)

@@ -32,6 +32,11 @@ The fused path reads the stacked tensors by the roles the modules declare
 (``fused_parameters()`` of the feature maps, the value map and the readout), resolved
 once when the stack is built.
 
+Every path takes sequences in multiset form too: the distinct tokens of every sequence
+as ``x`` and their multiplicities as ``counts`` (see :mod:`minip_learn.nn.heads`). The
+pair form then counts each key slot with its multiplicity in its sparse matrix of token
+pairs, the other paths hand ``counts`` to the attention arithmetic.
+
 No scikit-learn in this layer.
 """
 
@@ -122,7 +127,9 @@ class _PairPlan(NamedTuple):
 
     tokens: torch.Tensor  # (U, n_bits): the distinct tokens
     token_of: torch.Tensor  # (n N,): the token of every position, sequence-major
-    rows: torch.Tensor  # sparse CSR (n N, U U): token pairs of every position's keys
+    # sparse CSR (n N, U U): token pairs of every position's keys (counted with their
+    # multiplicities)
+    rows: torch.Tensor
     rows_t: torch.Tensor  # its transpose (CSR)
     occurring: torch.Tensor  # the token pairs that occur
     n_tokens: int
@@ -417,15 +424,19 @@ class HeadEnsemble(nn.Module):
         position = {id(p): j for j, p in enumerate(self.template.parameters())}
         return tuple(self.stack[position[id(t)]] for t in tables)
 
-    def forward(self, x):
+    def forward(self, x, counts=None):
         """Outputs of every member on the same input ``x``: shape ``(E, *head_output)``.
 
         The path is the one :attr:`path` names (set from the declarations of the
         template's modules at construction; pairs or positions chosen per input).
+        ``counts`` (shape ``x.shape[:-1]``): the multiplicity of every slot of sequences
+        in multiset form; None: one per position.
         """
         if not self._fast:
-            return self._single_forward(x) if self.n_members == 1 else self._vmap_forward(x)
-        return self._fast_forward(x)
+            if self.n_members == 1:
+                return self._single_forward(x, counts)
+            return self._vmap_forward(x, counts)
+        return self._fast_forward(x, counts)
 
     def train(self, mode=True):
         """As :meth:`torch.nn.Module.train`; a no-op when the stack is in that mode
@@ -445,8 +456,8 @@ class HeadEnsemble(nn.Module):
         if self.path != path or self.path_reason != reason:
             self.path, self.path_reason = path, reason
 
-    def _fast_forward(self, x):
-        plan = self._pair_plan(x)  # None: the tokens repeat too little
+    def _fast_forward(self, x, counts):
+        plan = self._pair_plan(x, counts)  # None: the tokens repeat too little
         out = None if plan is None else self._pair_forward(x, plan)
         if out is not None:
             self._report("fused-pairs", f"{plan.n_tokens} distinct tokens at "
@@ -457,20 +468,21 @@ class HeadEnsemble(nn.Module):
                      "floating-point range when shifted per token")
         if self.n_members == 1:
             self._report("single", self._single_reason(None if plan is None else f" ({underflow})"))
-            return self._single_forward(x)
+            return self._single_forward(x, counts)
         self._report("fused-positions",
                      "every member's token maps at once, attention per position"
                      if plan is None else f"{underflow}: attention per position, shifted "
                      "per sequence")
-        return self._position_forward(x)
+        return self._position_forward(x, counts)
 
-    def _single_forward(self, x):
+    def _single_forward(self, x, counts=None):
         """The one member's output: its head's own forward (the head is the stack's
         submodule, so it holds the stack's parameters and buffers)."""
         template = self.template
         if template.training != self.training:
             template.train(self.training)
-        return template(x).unsqueeze(0)
+        out = template(x) if counts is None else template(x, counts=counts)
+        return out.unsqueeze(0)
 
     def _cached(self, x, key, make):
         """``make()`` cached for the input ``x``: the same tensor object, not modified
@@ -482,7 +494,7 @@ class HeadEnsemble(nn.Module):
             cache[2][key] = make()
         return cache[2][key]
 
-    def _pair_plan(self, x):
+    def _pair_plan(self, x, counts=None):
         """Distinct tokens of ``x`` and the token pair of every (query, key) position.
 
         None when the tokens repeat too little for :meth:`_pair_forward` to pay (it
@@ -490,9 +502,11 @@ class HeadEnsemble(nn.Module):
         and sums over each position's keys through a sparse matrix of token-pair counts)
         or the sequences are long.
         """
-        return self._cached(x, "plan", lambda: self._make_plan(x))
+        # keyed by the counts object too (the entry holds it, so its id stays its own)
+        key = ("plan", id(counts), None if counts is None else counts._version)
+        return self._cached(x, key, lambda: (counts, self._make_plan(x, counts)))[1]
 
-    def _make_plan(self, x):
+    def _make_plan(self, x, counts=None):
         x = _sequences(x)
         n, N, m = x.shape
         t = self.template
@@ -502,27 +516,36 @@ class HeadEnsemble(nn.Module):
         U = int(uniq.shape[0])
         if 2 * U > n * N or U * U > n * N * N:
             return None
-        # output position (s, i) is row s N + i; its pairs (token of i, token of j)
+        # output position (s, i) is row s N + i; its pairs (token of i, token of j),
+        # each counted as often as key j occurs (once per position, or its multiplicity)
         tok = inv.view(n, N)
         pairs = (tok[:, :, None] * U + tok[:, None, :]).reshape(-1)
         row = torch.arange(n * N, device=x.device).repeat_interleave(N)
-        counts = torch.sparse_coo_tensor(
-            torch.stack([row, pairs]), torch.ones(len(pairs), dtype=x.dtype, device=x.device),
-            (n * N, U * U), check_invariants=False).coalesce()
+        if counts is None:
+            weight = torch.ones(len(pairs), dtype=x.dtype, device=x.device)
+        else:
+            weight = counts.reshape(n, 1, N).expand(n, N, N).reshape(-1).to(x.dtype)
+            keep = weight != 0  # padding slots pair with nothing
+            pairs, row, weight = pairs[keep], row[keep], weight[keep]
+        pair_counts = torch.sparse_coo_tensor(
+            torch.stack([row, pairs]), weight, (n * N, U * U),
+            check_invariants=False).coalesce()
         with warnings.catch_warnings():  # torch marks its CSR layout as beta
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
-            rows, rows_t = counts.to_sparse_csr(), counts.t().coalesce().to_sparse_csr()
+            rows = pair_counts.to_sparse_csr()
+            rows_t = pair_counts.t().coalesce().to_sparse_csr()
         return _PairPlan(uniq.contiguous(), inv, rows, rows_t, torch.unique(pairs), U, [])
 
-    def _vmap_forward(self, x):
+    def _vmap_forward(self, x, counts=None):
         """The generic path: the template's own forward on the stacked parameters."""
         template = self.template
         template.train(self.training)
         shared, stacked = self._buffer_dicts()
         params = dict(zip(self.names, self._member_params()))
+        kwargs = {} if counts is None else {"counts": counts}
 
         def one(p, b, xx):
-            return functional_call(template, (p, b, shared), (xx,))
+            return functional_call(template, (p, b, shared), (xx,), kwargs)
 
         return vmap(one, in_dims=(0, 0, None))(params, stacked, x)
 
@@ -583,7 +606,7 @@ class HeadEnsemble(nn.Module):
             mask = self.template.feature_mask
         return None if mask is None else mask.reshape(-1, 1, 1, mask.shape[-1])
 
-    def _position_forward(self, x):
+    def _position_forward(self, x, counts=None):
         # the head's arithmetic with a leading member dimension
         t = self.template
         x3 = _sequences(x)
@@ -591,7 +614,8 @@ class HeadEnsemble(nn.Module):
         phi_q, phi_k = attention.attention_features(
             fq, fk, log_domain=t.log_domain, mask=self._mask())
         out = attention.head_output(phi_q, phi_k, v, w, b, nonnegative=t.nonnegative,
-                                    eps=t.denominator_eps)
+                                    eps=t.denominator_eps,
+                                    counts=None if counts is None else counts.reshape(x3.shape[:2]))
         return out.reshape(out.shape[:1] + x.shape[:-1])
 
     def _pair_forward(self, x, plan):

@@ -4,6 +4,12 @@ Both heads share a value map ``v(x)`` and a query-dependent affine readout
 ``rho_x(u) = <w(x), u> + b(x)`` and map a batch of sequences of shape
 ``(batch, seq_len, n_bits)`` to real outputs of shape ``(batch, seq_len)``.
 
+Both also take sequences in multiset form: ``x`` holds the distinct tokens of every
+sequence (its slots) and the keyword ``counts`` (shape ``(batch, n_slots)``) how often
+each occurs, 0 for a padding slot. Neither head has a positional map, so the output at
+a slot equals the output of the materialised sequence at every position of that token
+(see :mod:`minip_learn.nn.attention`); a padding slot adds nothing to any sum.
+
 * :class:`KernelAttentionHead` computes normalised kernel attention through the
   fixed-size sketch ``S = sum_j phi_K(x_j) v(x_j)^T``, ``s = sum_j phi_K(x_j)``:
   ``u_i = phi_Q(x_i)^T S / phi_Q(x_i)^T s``. Cost ``O(N r d)``. Its arithmetic is that
@@ -148,8 +154,8 @@ class _Head(nn.Module):
         self.value = ValueMap(n_bits, self.value_dim)
         self.readout = AffineReadout(n_bits, self.value_dim)
 
-    def forward(self, x):
-        u = self.attention_weights(x) @ self.value(x)
+    def forward(self, x, counts=None):
+        u = self.attention_weights(x, counts) @ self.value(x)
         return self.readout(x, u)
 
     @torch.no_grad()
@@ -412,21 +418,23 @@ class KernelAttentionHead(_Head):
         return attention.guard_denominator(
             den, nonnegative=self.nonnegative, eps=self.denominator_eps)
 
-    def attend(self, x):
+    def attend(self, x, counts=None):
         """Attended values ``u_i`` of shape (..., seq_len, value_dim), before the readout.
 
         Short sequences (Min-IP's ``N = 3``) go through the explicit ``N x N`` kernel,
         longer ones through the sketch (:func:`minip_learn.nn.attention.attend`).
+        ``counts`` (shape (..., seq_len)): the multiplicity of every slot of sequences
+        in multiset form (see the module docstring); None: one per position.
         """
         phi_q, phi_k = self.features(x)
         return attention.attend(phi_q, phi_k, self.value(x), nonnegative=self.nonnegative,
-                                eps=self.denominator_eps)
+                                eps=self.denominator_eps, counts=counts)
 
-    def forward(self, x):
-        return self.output(x, self.readout)
+    def forward(self, x, counts=None):
+        return self.output(x, self.readout, counts)
 
-    def output(self, x, readout):
-        """``readout(x, attend(x))`` for an affine ``readout`` (one that has
+    def output(self, x, readout, counts=None):
+        """``readout(x, attend(x, counts))`` for an affine ``readout`` (one that has
         ``coefficients``, e.g. :class:`AffineReadout`), shape (..., seq_len).
 
         Short sequences fold the readout into the explicit kernel
@@ -435,12 +443,14 @@ class KernelAttentionHead(_Head):
         phi_q, phi_k = self.features(x)
         w, b = readout.coefficients(x)
         return attention.head_output(phi_q, phi_k, self.value(x), w, b,
-                                     nonnegative=self.nonnegative, eps=self.denominator_eps)
+                                     nonnegative=self.nonnegative, eps=self.denominator_eps,
+                                     counts=counts)
 
-    def attention_weights(self, x):
-        """Explicit ``(..., N, N)`` normalised kernel matrix (for checks and plots)."""
+    def attention_weights(self, x, counts=None):
+        """Explicit ``(..., N, N)`` normalised kernel matrix (for checks and plots);
+        with ``counts``, the weight of each key slot counts its multiplicity."""
         phi_q, phi_k = self.features(x)
-        a = attention.pairwise_dots(phi_q, phi_k)
+        a = attention.pairwise_dots(phi_q, attention.weight_keys(phi_k, counts))
         return a / self._guard(a.sum(-1, keepdim=True))
 
     def kernel(self, queries, keys):
@@ -636,9 +646,11 @@ class SoftmaxAttentionHead(_Head):
         """Attention logits of shape (..., N, N)."""
         return self.query(x) @ self.key(x).transpose(-2, -1) / self.temperature
 
-    def attention_weights(self, x):
-        """Softmax attention matrix of shape (..., N, N) (explicit; for checks and plots)."""
-        return torch.softmax(self.scores(x), dim=-1)
+    def attention_weights(self, x, counts=None):
+        """Softmax attention matrix of shape (..., N, N) (explicit; for checks and plots);
+        with ``counts``, ``log c_j`` joins the scores of key slot ``j``
+        (:func:`minip_learn.nn.attention.softmax_weights`)."""
+        return attention.softmax_weights(self.scores(x), counts)
 
     def uses_fused(self, seq_len):
         """Whether :meth:`forward` takes the fused kernel for sequences of ``seq_len``."""
@@ -654,27 +666,20 @@ class SoftmaxAttentionHead(_Head):
             return seq_len * seq_len
         return min(seq_len, max(1, self.FUSED_BLOCK_SCORES // seq_len)) * seq_len
 
-    def attend(self, x):
-        """Attended values ``u_i`` of shape (..., seq_len, value_dim), before the readout."""
-        v = self.value(x)
-        if not self.uses_fused(x.shape[-2]):
-            return self.attention_weights(x) @ v
-        # The fused CPU kernel needs (batch, heads, N, width) inputs (3-d ones fall back
-        # to the explicit math) and one width for queries, keys and values: zero
-        # columns pad them to it, which adds nothing to the scores, and the padded
-        # output columns are dropped.
-        q, k = self.query(x), self.key(x)
-        lead, n, d = x.shape[:-2], x.shape[-2], v.shape[-1]
-        width = max(q.shape[-1], d)
-        q, k, v = (nn.functional.pad(t, (0, width - t.shape[-1])).reshape(-1, 1, n, width)
-                   for t in (q, k, v))
-        rows = min(n, max(1, self.FUSED_BLOCK_SCORES // n))
-        u = torch.cat([
-            nn.functional.scaled_dot_product_attention(
-                q[:, :, start:start + rows], k, v, scale=1.0 / self.temperature)
-            for start in range(0, n, rows)
-        ], dim=-2)
-        return u[..., :d].reshape(*lead, n, d)
+    def attend(self, x, counts=None):
+        """Attended values ``u_i`` of shape (..., seq_len, value_dim), before the readout.
 
-    def forward(self, x):
-        return self.readout(x, self.attend(x))
+        ``counts`` (shape (..., seq_len)): the multiplicity of every slot of sequences in
+        multiset form (see the module docstring); None: one per position. The fused
+        kernel is :func:`minip_learn.nn.attention.softmax_attend`.
+        """
+        v = self.value(x)
+        n = x.shape[-2]
+        if not self.uses_fused(n):
+            return self.attention_weights(x, counts) @ v
+        return attention.softmax_attend(
+            self.query(x), self.key(x), v, scale=1.0 / self.temperature,
+            block_rows=self.FUSED_BLOCK_SCORES // n, counts=counts)
+
+    def forward(self, x, counts=None):
+        return self.readout(x, self.attend(x, counts))

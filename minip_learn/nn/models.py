@@ -224,14 +224,21 @@ class KernelAttentionModel(nn.Module):
         a variant outside the theorem (:ref:`theory-r7`)."""
         return bool(self.single_head is not None and self.nonnegative)
 
-    def forward(self, x):
+    def forward(self, x, counts=None):
+        """Outputs of shape (..., seq_len) (or (..., seq_len, n_outputs)).
+
+        ``counts`` (shape (..., seq_len)): the multiplicity of every slot of sequences in
+        multiset form (see :mod:`minip_learn.nn.heads`); every layer sees a sequence only
+        through its multiset (the residual stream is per token), so the output at a
+        slot is that of every position of its token. None: one per position.
+        """
         t = x
         for index, layer in enumerate(self.layers):
             if index == self.n_layers - 1 and len(layer) == 1 and isinstance(
                     self.readout, AffineReadout):
                 # one head read out affinely: the head's own output arithmetic
-                return layer[0].output(t, self.readout)
-            u = torch.cat([head.attend(t) for head in layer], dim=-1)
+                return layer[0].output(t, self.readout, counts)
+            u = torch.cat([head.attend(t, counts) for head in layer], dim=-1)
             if index < self.n_layers - 1:
                 t = t + self.mixers[index](u)
         return self.readout(t, u)

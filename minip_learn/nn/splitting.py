@@ -60,7 +60,7 @@ def splittable_tables(module):
     return module.token_tables()
 
 
-def minip_partners(index, vocabulary):
+def minip_partners(index, vocabulary, counts=None):
     """Partner key of every vocabulary token: its smallest-overlap co-occurring token.
 
     Parameters
@@ -69,6 +69,10 @@ def minip_partners(index, vocabulary):
         Vocabulary index of every token of the training sequences.
     vocabulary : Tensor of shape (n_tokens, n_bits)
         The distinct 0/1 tokens.
+    counts : Tensor of shape (n_sequences, seq_len), default=None
+        For sequences in multiset form (``index`` lists the slots): the multiplicity of
+        every slot, 0 for padding. Two slots share a sequence when both occur, and a
+        slot shares it with itself when its token occurs twice. None: one per position.
 
     Returns
     -------
@@ -89,8 +93,12 @@ def minip_partners(index, vocabulary):
     seen = torch.zeros(n_tokens, n_tokens, dtype=torch.bool, device=index.device)
     for i in range(seq_len):
         for j in range(seq_len):
-            if i != j:
-                seen[index[:, i], index[:, j]] = True
+            if counts is None:
+                if i != j:
+                    seen[index[:, i], index[:, j]] = True
+                continue
+            both = (counts[:, i] > 1) if i == j else (counts[:, i] > 0) & (counts[:, j] > 0)
+            seen[index[both, i], index[both, j]] = True
     overlap = vocabulary.to(torch.float64) @ vocabulary.to(torch.float64).T
     overlap = torch.where(seen, overlap, torch.full_like(overlap, float("inf")))
     partners = overlap.argmin(1)

@@ -8,7 +8,10 @@ of their losses (:class:`MemberLoss`), stops each member on its own
 (:class:`StopWhenSolved`), splits shared features of ``table`` heads
 (:class:`SplitSharedFeatures`), returns freed memory to the OS on CPU when the heap
 holds much of it (:class:`TrimMemory`), and unpacks every member into an ordinary
-fitted net.
+fitted net. Sequences in multiset form train through the same pipeline:
+``train_members(..., counts=counts)`` with the tokens of their slots as ``X``; the
+modules get ``forward(x, counts=counts)`` (skorch passes a dict input as keyword
+arguments) and every slot's loss is weighted by its multiplicity.
 
 Layer: imports torch, skorch, numpy, :mod:`sklearn.utils` and
 :mod:`minip_learn.nn`, :mod:`minip_learn.metrics`; the estimators build on it.

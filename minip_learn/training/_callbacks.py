@@ -13,6 +13,7 @@ from skorch.callbacks import Callback
 
 from ..metrics import TOLERANCE
 from ..nn.splitting import minip_partners, split_shared_features
+from ._net import input_counts, input_tokens
 
 __all__ = [
     "MemberLog",
@@ -36,9 +37,16 @@ def absolute_error(y_pred, y):
     return (y_pred - y).abs()
 
 
-def member_max_errors(error, y_pred, y):
-    """Largest ``error`` of every member, shape ``(E,)``; NaN becomes inf."""
-    err = error(y_pred, y).flatten(1).amax(1)
+def member_max_errors(error, y_pred, y, weights=None):
+    """Largest ``error`` of every member, shape ``(E,)``; NaN becomes inf.
+
+    ``weights`` (shaped like ``y``, e.g. the multiplicities of sequences in multiset
+    form): positions of weight 0 (padding slots) are left out.
+    """
+    err = error(y_pred, y)
+    if weights is not None:
+        err = torch.where(weights > 0, err, torch.zeros((), dtype=err.dtype, device=err.device))
+    err = err.flatten(1).amax(1)
     return torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
 
 
@@ -76,9 +84,10 @@ class StopWhenSolved(Callback):
 
     During an epoch it tracks every member's largest error over the training batches
     (recorded in the history as ``member_max_error``, measured before each batch's
-    update). A member whose error falls below ``tolerance`` is checked with one
-    forward pass over the whole training set; if every position is within
-    ``tolerance`` of its target the member stops: its parameters and optimizer state
+    update; padding slots of sequences in multiset form are left out). A member whose
+    error falls below ``tolerance`` is checked with one forward pass over the whole
+    training set; if every position is within ``tolerance`` of its target the member
+    stops: its parameters and optimizer state
     stay those of that epoch. Training ends when every member has stopped.
 
     Parameters
@@ -124,7 +133,7 @@ class StopWhenSolved(Callback):
             with torch.no_grad():
                 for p, f in zip(net.module_.params, self._frozen):
                     p.copy_(_where_members(self._stopped, f, p))
-        err = member_max_errors(self.error, y_pred.detach(), batch[1])
+        err = member_max_errors(self.error, y_pred.detach(), batch[1], input_counts(batch[0]))
         self.max_errors_ = err if self.max_errors_ is None else torch.maximum(
             self.max_errors_, err)
 
@@ -139,7 +148,8 @@ class StopWhenSolved(Callback):
         with torch.no_grad():
             net.module_.eval()
             out = net.infer(dataset_train.X)
-            err = member_max_errors(self.error, out, dataset_train.y).cpu().double()
+            err = member_max_errors(self.error, out, dataset_train.y,
+                                    input_counts(dataset_train.X)).cpu().double()
         stop = cand & (err < self.tolerance)
         if not bool(stop.any()):
             return
@@ -193,8 +203,10 @@ class SplitSharedFeatures(Callback):
         self.mask_ = ens.stacked_buffer("feature_mask")
         qf = ens.template.query_features
         with torch.no_grad():
-            index = qf.token_index(torch.as_tensor(X).to(qf.vocabulary.device))
-        self.partners_ = minip_partners(index, qf.vocabulary)
+            index = qf.token_index(torch.as_tensor(input_tokens(X)).to(qf.vocabulary.device))
+        counts = input_counts(X)
+        self.partners_ = minip_partners(
+            index, qf.vocabulary, None if counts is None else counts.to(index.device))
 
     def on_epoch_end(self, net, **kwargs):
         if self.partners_ is None or len(net.history) % self.every:

@@ -30,7 +30,15 @@ from ._callbacks import (
     member_max_errors,
     member_snapshot,
 )
-from ._net import MemberLoss, MinIPHistory, MinIPNet
+from ._net import (
+    MemberLoss,
+    MinIPHistory,
+    MinIPNet,
+    compact_input,
+    input_counts,
+    input_tokens,
+    module_forward,
+)
 
 __all__ = ["build_net", "train_members"]
 
@@ -156,15 +164,17 @@ def _final_errors(ens, nets, X, y, error, stop_tolerance):
     ``stop_tolerance``, the solving tolerance) is measured again through its own head,
     which is what ``predict`` runs.
     """
+    counts = input_counts(X)
     with torch.no_grad():
         ens.eval()
-        errors = member_max_errors(error, ens(X), y).tolist()
-        margin = 64 * torch.finfo(X.dtype).eps * max(1.0, float(y.abs().max()))
+        errors = member_max_errors(error, module_forward(ens, X), y, counts).tolist()
+        margin = 64 * torch.finfo(input_tokens(X).dtype).eps * max(1.0, float(y.abs().max()))
         thresholds = [t for t in (stop_tolerance, TOLERANCE) if t is not None]
         for i, net in enumerate(nets):
             if any(abs(errors[i] - t) <= margin for t in thresholds):
                 net.module_.eval()
-                errors[i] = member_max_errors(error, net.infer(X).unsqueeze(0), y).item()
+                errors[i] = member_max_errors(error, net.infer(X).unsqueeze(0), y,
+                                              counts).item()
     return [e if math.isfinite(e) else math.inf for e in errors]
 
 
@@ -233,7 +243,7 @@ def _stack_groups(keys, nets):
     return [[keys[j] for j in group] for group in groups]
 
 
-def train_members(module, members, X, y, *, criterion=torch.nn.MSELoss,
+def train_members(module, members, X, y, *, counts=None, criterion=torch.nn.MSELoss,
                   error=absolute_error, n_init=1, batched_restarts=True,
                   optimizer=torch.optim.Adam, lr=0.01, weight_decay=0.0, max_epochs=100,
                   batch_size=None, stop_tolerance=None, split_every=None, callbacks=None,
@@ -260,9 +270,18 @@ def train_members(module, members, X, y, *, criterion=torch.nn.MSELoss,
         ``(module_params, random_state)`` of every member; members may differ only in
         what :class:`~minip_learn.nn.HeadEnsemble` can stack (e.g. the rank).
     X : Tensor of shape (n_samples, seq_len, n_bits)
-        Training sequences, on ``device`` in ``dtype``.
+        Training sequences, on ``device`` in ``dtype``; with ``counts``, the tokens of
+        the slots of sequences in multiset form, shape (n_samples, k, n_bits).
     y : Tensor
-        Targets, on ``device`` in ``dtype``.
+        Targets, on ``device`` in ``dtype`` (one per slot with ``counts``; the finite
+        values at padding slots are ignored).
+    counts : Tensor of shape (n_samples, k), default=None
+        Multiplicity of every slot of sequences in multiset form (0 for padding), on
+        ``device`` in ``dtype``. The input is then the dict ``{"x": X, "counts":
+        counts}``, which skorch hands to the modules as ``forward(x, counts=counts)``;
+        the loss weights every slot by its multiplicity (so it is the loss of the
+        materialised sequences) and the max errors leave padding out. None: every
+        position counts once.
     criterion : type, default=torch.nn.MSELoss
         Loss class of one member.
     error : callable, default=absolute_error
@@ -324,6 +343,8 @@ def train_members(module, members, X, y, *, criterion=torch.nn.MSELoss,
     ([1, 3], [50, 50])
     """
     n = int(X.shape[0])
+    if counts is not None:
+        X = compact_input(X, counts)
     seeds = []
     for _, random_state in members:
         rng = check_random_state(random_state)

@@ -4,7 +4,18 @@ skorch's default ``Dataset``/``DataLoader`` collates one sample at a time, which
 a full-batch fit of these tiny heads many times slower than a plain torch loop. The
 :class:`BatchIterator` here slices whole batches out of tensors that already sit on the
 training device.
+
+Sequences in multiset form travel as a dict (:func:`compact_input`): ``{"x": tokens,
+"counts": counts}`` with the distinct tokens of every sequence ``(n, k, n_bits)`` and
+their multiplicities ``(n, k)``. skorch hands a dict ``X`` to the module's forward as
+keyword arguments, so every module of :mod:`minip_learn.nn` receives
+``forward(x, counts=counts)``; the batches slice both tensors, and the loss weights
+every slot by its multiplicity (:func:`weighted_loss`), which makes it the loss of the
+materialised sequences.
 """
+
+import inspect
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -12,7 +23,93 @@ from skorch import NeuralNet
 from skorch.callbacks import Callback, EpochTimer
 from skorch.history import History
 
-__all__ = ["BatchIterator", "MemberLoss", "MinIPHistory", "MinIPNet", "TrainLoss"]
+__all__ = ["BatchIterator", "MemberLoss", "MinIPHistory", "MinIPNet", "TrainLoss",
+           "compact_input", "input_counts", "input_tokens", "module_forward",
+           "weighted_loss"]
+
+
+def compact_input(tokens, counts):
+    """The training or prediction input of sequences in multiset form.
+
+    Parameters
+    ----------
+    tokens : Tensor of shape (n_sequences, k, n_bits)
+        The tokens of every slot (a padding slot repeats a token of its sequence).
+    counts : Tensor of shape (n_sequences, k)
+        The multiplicity of every slot, 0 for padding, in the dtype of ``tokens``.
+
+    Returns
+    -------
+    X : dict
+        ``{"x": tokens, "counts": counts}``: the keyword arguments of the modules'
+        ``forward``.
+    """
+    return {"x": tokens, "counts": counts}
+
+
+def input_tokens(X):
+    """The token tensor of an input: ``X`` itself, or the ``"x"`` of a multiset input."""
+    return X["x"] if isinstance(X, Mapping) else X
+
+
+def input_counts(X):
+    """The multiplicities of a multiset input (:func:`compact_input`), else None."""
+    return X.get("counts") if isinstance(X, Mapping) else None
+
+
+def module_forward(module, X):
+    """``module(X)``, or ``module(**X)`` for a multiset input."""
+    return module(**X) if isinstance(X, Mapping) else module(X)
+
+
+def _rows(X, index):
+    """The sequences ``index`` of an input (both tensors of a multiset input)."""
+    if isinstance(X, Mapping):
+        return {k: v[index] for k, v in X.items()}
+    return X[index]
+
+
+def weighted_loss(loss, y_pred, y, weights):
+    """The loss of one head's outputs, every position weighted by ``weights``.
+
+    With the multiplicities of sequences in multiset form as ``weights`` this is the
+    loss of the materialised sequences: the mean squared error
+    ``sum_p w_p (y_pred_p - y_p)^2 / sum_p w_p`` for :class:`torch.nn.MSELoss` (mean),
+    else ``loss(y_pred, y, weights=weights)`` for a loss that takes ``weights``
+    (e.g. the classifier's cross-entropy). A :class:`MemberLoss` weights each member.
+
+    Parameters
+    ----------
+    loss : torch.nn.Module
+    y_pred, y : Tensor
+    weights : Tensor of shape ``y.shape`` or None
+        None: ``loss(y_pred, y)``.
+
+    Returns
+    -------
+    Tensor
+
+    Raises
+    ------
+    TypeError
+        For a loss that neither is a mean squared error nor takes ``weights``.
+    """
+    if isinstance(loss, MemberLoss):
+        return loss(y_pred, y, weights=weights)
+    if weights is None:
+        return loss(y_pred, y)
+    if type(loss) is torch.nn.MSELoss and loss.reduction == "mean":
+        d = y_pred - y
+        return (weights * d * d).sum() / weights.sum()
+    try:
+        takes = "weights" in inspect.signature(loss.forward).parameters
+    except (TypeError, ValueError):  # no signature to read
+        takes = False
+    if not takes:
+        raise TypeError(
+            f"the loss {type(loss).__name__} takes no per-position weights "
+            "(forward(y_pred, y, weights=...)), which sequences in multiset form need.")
+    return loss(y_pred, y, weights=weights)
 
 
 class MinIPHistory(History):
@@ -41,7 +138,8 @@ class BatchIterator:
     Parameters
     ----------
     dataset : skorch.dataset.Dataset
-        Holds tensors ``X`` and ``y`` (``y`` may be None at predict time).
+        Holds tensors ``X`` and ``y`` (``y`` may be None at predict time); ``X`` may be
+        a multiset input (:func:`compact_input`), whose tensors are sliced together.
     batch_size : int
         Batch size; ``-1`` or ``None`` means the whole set in one batch.
     shuffle : bool
@@ -53,7 +151,7 @@ class BatchIterator:
     def __init__(self, dataset, batch_size=-1, shuffle=False, generator=None):
         self.X = dataset.X
         self.y = dataset.y
-        self.n = len(self.X)
+        self.n = len(input_tokens(self.X))
         self.batch_size = self.n if batch_size in (None, -1) else int(batch_size)
         self.shuffle = shuffle
         self.generator = generator
@@ -66,7 +164,8 @@ class BatchIterator:
             yield self.X, self.y
             return
         if self.shuffle:
-            order = torch.randperm(self.n, generator=self.generator).to(self.X.device)
+            order = torch.randperm(self.n, generator=self.generator).to(
+                input_tokens(self.X).device)
         else:
             order = None
         for start in range(0, self.n, self.batch_size):
@@ -74,7 +173,7 @@ class BatchIterator:
                 sl = slice(start, start + self.batch_size)
             else:
                 sl = order[start:start + self.batch_size]
-            yield self.X[sl], (None if self.y is None else self.y[sl])
+            yield _rows(self.X, sl), (None if self.y is None else self.y[sl])
 
 
 class MinIPNet(NeuralNet):
@@ -125,12 +224,19 @@ class MinIPNet(NeuralNet):
 
     def infer(self, x, **fit_params):
         # a tensor already on the device (every batch of BatchIterator) goes to the
-        # module as is; anything else through skorch's conversion
-        if not fit_params and self._on_device(x):
-            return self.module_(x)
+        # module as is, a multiset input as keyword arguments; anything else through
+        # skorch's conversion
+        if not fit_params:
+            if self._on_device(x):
+                return self.module_(x)
+            if isinstance(x, Mapping) and all(self._on_device(v) for v in x.values()):
+                return self.module_(**x)
         return super().infer(x, **fit_params)
 
     def get_loss(self, y_pred, y_true, X=None, training=False):
+        weights = input_counts(X)
+        if weights is not None:  # a multiset input: every slot weighted by its count
+            return weighted_loss(self.criterion_, y_pred, y_true, weights)
         if self._on_device(y_true):
             return self.criterion_(y_pred, y_true)
         return super().get_loss(y_pred, y_true, X=X, training=training)
@@ -182,7 +288,8 @@ class TrainLoss(Callback):
 
 class _MemberMSE(torch.autograd.Function):
     """Mean squared error of every member, ``((y_pred - y) ** 2).mean()`` over all but
-    the first dimension, computed in the memory layout of ``y_pred``.
+    the first dimension, computed in the memory layout of ``y_pred``; with ``weights``
+    (shaped like ``y``) the weighted mean ``sum w (y_pred - y)^2 / sum w``.
 
     Outputs of the pair path are position-major (``y_pred[e]`` strided by ``E``): the
     differences are then formed as a contiguous (positions, members) matrix and summed
@@ -191,30 +298,34 @@ class _MemberMSE(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, y_pred, y):
+    def forward(ctx, y_pred, y, weights=None):
         E = y_pred.shape[0]
         n = y_pred[0].numel()
         flat = y_pred.reshape(E, n)  # a view in both layouts
         target = y.expand(y_pred.shape[1:]).reshape(1, n)
         position_major = E > 1 and flat.stride() == (1, E)
+        w = None if weights is None else weights.expand(y_pred.shape[1:]).reshape(n)
         if position_major:
             d = flat.T - target.T  # (positions, members), contiguous
-            losses = torch.mv((d * d).T, d.new_ones(n))
+            losses = torch.mv((d * d).T, d.new_ones(n) if w is None else w)
         else:
             d = flat - target
-            losses = (d * d).sum(1)
-        ctx.save_for_backward(d)
+            losses = (d * d).sum(1) if w is None else torch.mv(d * d, w)
+        ctx.save_for_backward(d, w)
         ctx.position_major = position_major
         ctx.shape = y_pred.shape
-        return losses / n
+        ctx.total = n if w is None else w.sum()
+        return losses / ctx.total
 
     @staticmethod
     def backward(ctx, grad):
-        (d,) = ctx.saved_tensors
-        scale = (2 / ctx.shape[1:].numel()) * grad
+        d, w = ctx.saved_tensors
+        scale = (2 / ctx.total) * grad
         if ctx.position_major:
-            return (d * scale).T.view(ctx.shape), None
-        return (d * scale[:, None]).reshape(ctx.shape), None
+            d = d if w is None else d * w[:, None]
+            return (d * scale).T.view(ctx.shape), None, None
+        d = d if w is None else d * w
+        return (d * scale[:, None]).reshape(ctx.shape), None, None
 
 
 class MemberLoss(torch.nn.Module):
@@ -244,14 +355,18 @@ class MemberLoss(torch.nn.Module):
         super().__init__()
         self.loss = loss
 
-    def forward(self, y_pred, y):
+    def forward(self, y_pred, y, weights=None):
+        """The summed loss; ``weights`` (shaped like ``y``, e.g. the multiplicities of
+        sequences in multiset form) weight every position (:func:`weighted_loss`)."""
         if len(y_pred) == 1:
-            total = self.loss(y_pred.squeeze(0), y)
+            total = weighted_loss(self.loss, y_pred.squeeze(0), y, weights)
             self.member_losses_ = total.detach().reshape(1)
             return total
         if type(self.loss) is torch.nn.MSELoss and self.loss.reduction == "mean":
-            losses = _MemberMSE.apply(y_pred, y)
-        else:
+            losses = _MemberMSE.apply(y_pred, y, weights)
+        elif weights is None:
             losses = torch.func.vmap(self.loss, in_dims=(0, None))(y_pred, y)
+        else:
+            losses = torch.func.vmap(lambda p: weighted_loss(self.loss, p, y, weights))(y_pred)
         self.member_losses_ = losses.detach()
         return losses.sum()

@@ -410,3 +410,65 @@ def test_stack_groups_is_the_one_rank_masking_test():
         for o, head in zip(out, members):
             torch.testing.assert_close(o, head(x.float()))
     assert HeadEnsemble.stack_groups([SoftmaxAttentionHead(4)] * 2) == [[0, 1]]
+
+
+# -- sequences in multiset form (counts) -------------------------------------------------
+def _multiset(x):
+    """The family of sequences ``x`` in multiset form and its materialised sequences
+    (slot order: the family's, each token repeated as often as it occurs)."""
+    from minip_learn.compact import CompactFamily
+
+    fam = CompactFamily.from_sequences(x.numpy().astype(np.uint8))
+    slots = torch.as_tensor(fam.slot_tokens(), dtype=x.dtype)
+    counts = torch.as_tensor(fam.counts, dtype=x.dtype)
+    return fam, slots, counts, torch.as_tensor(fam.to_sequences(), dtype=x.dtype)
+
+
+def _check_counts_against_materialised(ens, fam, slots, counts, seqs):
+    """Outputs of the multiset input at every slot, and the gradients of a loss weighted
+    by the counts, equal those of the materialised sequences at its positions."""
+    out = ens(slots, counts=counts)
+    path = ens.path
+    ref = ens(seqs)
+    w = torch.randn(out.shape, dtype=out.dtype, generator=torch.Generator().manual_seed(2))
+    w_pos = torch.as_tensor(np.stack([fam.expand(wi) for wi in w.numpy()]))
+    for i in range(out.shape[0]):
+        torch.testing.assert_close(torch.as_tensor(fam.expand(out[i].detach().numpy())),
+                                   ref[i].detach(), rtol=1e-9, atol=1e-9)
+    grads = torch.autograd.grad((out * w * counts).sum(), list(ens.params))
+    ref_grads = torch.autograd.grad((ref * w_pos).sum(), list(ens.params))
+    for name, g, rg in zip(ens.names, grads, ref_grads):
+        torch.testing.assert_close(g, rg, rtol=1e-9, atol=1e-9, msg=name)
+    return path
+
+
+@pytest.mark.parametrize("ranks", [(3, 3), (2, 4), (3,)])
+@pytest.mark.parametrize("name", ["elu+1", "exp", "table", "hedgehog"])
+def test_every_path_takes_token_multiplicities(name, ranks):
+    # a slot of multiplicity c weighs as c equal keys; padding slots weigh nothing
+    if name == "hedgehog" and len(set(ranks)) > 1:
+        return  # stacked one rank at a time
+    repeated = _tokens(40, 10, n_distinct=4)     # few distinct tokens: the pair form
+    fam, slots, counts, seqs = _multiset(repeated)
+    assert fam.padding.any() and fam.n_slots < fam.seq_len
+    ens = HeadEnsemble(_heads(name, ranks, repeated))
+    path = _check_counts_against_materialised(ens, fam, slots, counts, seqs)
+    expected = {"hedgehog": "generic"}.get(name, "fused-pairs")
+    if name == "hedgehog" and len(ranks) == 1:
+        expected = "single"
+    assert path == expected, ens.path_reason
+    if name != "table":  # tokens that hardly repeat: attention per position
+        fam, slots, counts, seqs = _multiset(_tokens(3, 10, seed=1))
+        path = _check_counts_against_materialised(ens, fam, slots, counts, seqs)
+        assert path == {"hedgehog": expected}.get(name, "fused-positions"
+                                                  if len(ranks) > 1 else "single")
+
+
+def test_pair_plan_is_cached_per_input_and_counts():
+    x = _tokens(40, 6, n_distinct=4)
+    fam, slots, counts, _ = _multiset(x)
+    ens = HeadEnsemble(_heads("exp", (2, 3), x))
+    plan = ens._pair_plan(slots, counts)
+    assert ens._pair_plan(slots, counts) is plan
+    assert ens._pair_plan(slots) is not plan          # without counts: its own plan
+    assert ens._pair_plan(slots, counts.clone()) is not plan

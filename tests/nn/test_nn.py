@@ -162,3 +162,66 @@ def test_model_arguments_are_checked(kwargs, match):
 
     with pytest.raises(ValueError, match=match):
         KernelAttentionModel(6, **{"rank": 2, **kwargs})
+
+
+def _multiset(n, seq_len, n_distinct, seed):
+    """A family of ``n`` sequences over ``n_distinct`` tokens of ALL_TOKENS_4, in
+    multiset form: (family, slot tokens, counts, materialised sequences)."""
+    from minip_learn.compact import CompactFamily
+
+    g = torch.Generator().manual_seed(seed)
+    vocab = ALL_TOKENS_4[torch.randperm(16, generator=g)[:n_distinct]]
+    x = vocab[torch.randint(0, n_distinct, (n, seq_len), generator=g)]
+    x[0] = x[0, :1]  # one token only: padding in every other slot
+    fam = CompactFamily.from_sequences(x.numpy().astype(np.uint8))
+    as_t = lambda a: torch.as_tensor(a, dtype=torch.float64)  # noqa: E731
+    return fam, as_t(fam.slot_tokens()), as_t(fam.counts), as_t(fam.to_sequences())
+
+
+@pytest.mark.parametrize("name", available_feature_maps())
+@pytest.mark.parametrize("n_distinct, rank", [(3, 8), (7, 1)])  # explicit / sketch form
+def test_kernel_head_reads_token_multiplicities(name, n_distinct, rank, valid_rank):
+    # the output at a slot of multiplicity c is that of every position of its token in
+    # the materialised sequence; a padding slot (c = 0) weighs nothing
+    rank = valid_rank(name, rank)
+    torch.manual_seed(3)
+    head = KernelAttentionHead(4, rank, feature_map=name, value_dim=5,
+                               feature_kwargs=_kwargs(name)).double()
+    fam, slots, counts, seqs = _multiset(9, 25, n_distinct, seed=n_distinct)
+    assert fam.padding.any()
+    assert attention.is_short(fam.n_slots, rank, 5) == (n_distinct == 3)
+    with torch.no_grad():
+        out, ref = head(slots, counts=counts).numpy(), head(seqs).numpy()
+        np.testing.assert_allclose(fam.expand(out), ref, rtol=1e-9, atol=1e-9)
+        u = head.attention_weights(slots, counts) @ head.value(slots)
+        torch.testing.assert_close(head.attend(slots, counts), u)
+
+
+@pytest.mark.parametrize("kwargs", [dict(n_heads=2, n_layers=2, readout="mlp"),
+                                    dict(n_outputs=4), dict()])
+def test_model_reads_token_multiplicities(kwargs):
+    from minip_learn.nn import KernelAttentionModel
+
+    torch.manual_seed(4)
+    model = KernelAttentionModel(4, 3, **kwargs).double()
+    fam, slots, counts, seqs = _multiset(9, 25, 4, seed=5)
+    with torch.no_grad():
+        out, ref = model(slots, counts=counts), model(seqs)
+    for c in range(out.shape[-1] if out.ndim == 3 else 1):
+        o, r = (out[..., c], ref[..., c]) if out.ndim == 3 else (out, ref)
+        np.testing.assert_allclose(fam.expand(o.numpy()), r.numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_attention_multiplicities_are_optional_weights():
+    # counts of ones are the plain arithmetic; weight_keys scales the key features
+    g = torch.Generator().manual_seed(0)
+    phi_q, phi_k = torch.rand(2, 5, 3, generator=g), torch.rand(2, 5, 3, generator=g)
+    v, w, b = torch.rand(2, 5, 4, generator=g), torch.rand(2, 5, 4, generator=g), torch.rand(2, 5)
+    ones = torch.ones(2, 5)
+    for f in (attention.attend, lambda q, k, vv, **kw: attention.head_output(q, k, vv, w, b, **kw)):
+        torch.testing.assert_close(f(phi_q, phi_k, v, nonnegative=True, counts=ones),
+                                   f(phi_q, phi_k, v, nonnegative=True))
+    assert attention.weight_keys(phi_k, None) is phi_k
+    scores = torch.rand(2, 5, 5, generator=g)
+    torch.testing.assert_close(attention.softmax_weights(scores, ones),
+                               torch.softmax(scores, -1))

@@ -1,6 +1,7 @@
 """The softmax head's fused path (scaled_dot_product_attention) against its explicit
 form, and the memory of a long-sequence predict."""
 
+import copy
 import os
 import subprocess
 import sys
@@ -55,6 +56,31 @@ def test_fused_takes_any_leading_shape():
     for shape in [(9, 5), (2, 9, 5), (2, 3, 9, 5)]:
         x = torch.rand(*shape, dtype=torch.float64).round()
         torch.testing.assert_close(head.attend(x), _explicit(head, x), **TOL[torch.float64])
+
+
+@pytest.mark.parametrize("algorithm", ["fused", "explicit"])
+def test_token_multiplicities_equal_the_materialised_sequences(algorithm, monkeypatch):
+    # log c_j joins the scores of slot j (an attention mask in the fused kernel): the
+    # output at a slot is that of every position of its token; padding weighs nothing
+    from minip_learn.compact import CompactFamily
+
+    head = _with(_head(), algorithm)
+    vocab = torch.rand(6, 5, generator=torch.Generator().manual_seed(3)).round()
+    idx = torch.randint(0, 6, (4, 40), generator=torch.Generator().manual_seed(4))
+    idx[0] = 0  # one token only: padding in every other slot
+    fam = CompactFamily.from_sequences(vocab[idx].numpy().astype(np.uint8))
+    assert fam.padding.any()
+    slots = torch.as_tensor(fam.slot_tokens(), dtype=torch.float64)
+    counts = torch.as_tensor(fam.counts, dtype=torch.float64)
+    seqs = torch.as_tensor(fam.to_sequences(), dtype=torch.float64)
+    monkeypatch.setattr(SoftmaxAttentionHead, "FUSED_BLOCK_SCORES", 2 * fam.n_slots)
+    with torch.no_grad():
+        out = head(slots, counts=counts).numpy()
+        u = head.attend(slots, counts=counts)
+        ref = _with(copy.deepcopy(head), "explicit")(seqs).numpy()
+    np.testing.assert_allclose(fam.expand(out), ref, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(
+        u, head.attention_weights(slots, counts) @ head.value(slots), **TOL[torch.float64])
 
 
 def test_fused_query_blocks(monkeypatch):

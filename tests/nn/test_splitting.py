@@ -45,6 +45,38 @@ def test_partners_match_brute_force(seed):
         assert int(got[t]) == best
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2, "zero-token"])
+def test_partners_of_a_multiset_family_are_those_of_its_sequences(seed):
+    # a padding slot repeats slot 0's token: it must not make that token its own
+    # partner (the zero token overlaps every token in 0, itself included)
+    from minip_learn.compact import CompactFamily
+
+    if seed == "zero-token":
+        vocab = np.array([[0, 0, 0], [0, 1, 1], [1, 0, 0], [1, 1, 0]])
+        index = np.array([[0, 1, 1, 1], [1, 2, 3, 3]])
+    else:
+        rng = np.random.default_rng(seed)
+        vocab = np.unique(rng.integers(0, 2, size=(10, 5)), axis=0)
+        index = rng.integers(0, len(vocab), size=(30, 4))
+        index[::3, 1:] = index[::3, :1]  # some sequences of one token
+    fam = CompactFamily.from_sequences(vocab[index])
+    vt = torch.as_tensor(vocab, dtype=torch.float32)
+    got = minip_partners(_vocab_index(vocab, fam.slot_tokens()), vt,
+                         torch.as_tensor(fam.counts))
+    want = minip_partners(torch.as_tensor(index), vt)
+    # slots of one occurrence beside padding (which repeats slot 0's token)
+    assert ((fam.counts[:, 0] == 1) & fam.padding.any(1)).any()
+    assert got.tolist() == want.tolist()
+    if seed == "zero-token":
+        assert got[0] == 1
+
+
+def _vocab_index(vocab, tokens):
+    """Row of ``vocab`` of every token of ``tokens`` (..., n_bits)."""
+    keys = {row.tobytes(): i for i, row in enumerate(np.asarray(vocab, dtype=np.uint8))}
+    flat = np.asarray(tokens, dtype=np.uint8).reshape(-1, tokens.shape[-1])
+    return torch.as_tensor([keys[t.tobytes()] for t in flat]).reshape(tokens.shape[:-1])
+
 # -- one splitting pass ----------------------------------------------------------------
 def _dominant(lq, lk, partners):
     q = torch.nonzero(partners >= 0).flatten()
