@@ -199,6 +199,12 @@ def verify_certificate(certificate, X, *, raise_on_failure=True):
     return True
 
 
+def _distinct(a):
+    """The distinct values of a 1-d integer array, sorted (by sorting: no hash table)."""
+    a = np.sort(np.asarray(a).ravel())
+    return a[np.append(True, a[1:] != a[:-1])] if len(a) else a
+
+
 def _tree_arrays(tree):
     """A row's chain tree as sorted arrays (child, parent): from a mapping or from the
     arrays a certificate holds."""
@@ -232,7 +238,7 @@ def _row_chains(i, root, keys, tree, ov, N):
     """
     child, parent = _tree_arrays(tree)
     seen = np.zeros(0, dtype=np.int64)
-    frontier = np.unique(keys)
+    frontier = _distinct(keys)
     a_steps, b_steps = [], []
     while True:
         frontier = frontier[(frontier != root) & ~np.isin(frontier, seen)]
@@ -249,7 +255,7 @@ def _row_chains(i, root, keys, tree, ov, N):
         a_steps.append(up)
         b_steps.append(frontier)
         seen = np.union1d(seen, frontier)
-        frontier = np.unique(up)
+        frontier = _distinct(up)
     a = np.concatenate(a_steps) if a_steps else np.zeros(0, dtype=np.int64)
     b = np.concatenate(b_steps) if b_steps else np.zeros(0, dtype=np.int64)
     factor = (N - 2) * (ov[b] - ov[a] - 1)
@@ -259,7 +265,7 @@ def _row_chains(i, root, keys, tree, ov, N):
     prod[root] = 1
     if not safe:
         factor = factor.astype(object)
-    for level in np.unique(ov[b]):          # parents before children
+    for level in _distinct(ov[b]):          # parents before children
         sel = ov[b] == level
         prod[b[sel]] = prod[a[sel]] * factor[sel]
     return prod, None, (a, b)
@@ -383,7 +389,7 @@ def _check_family(X, tokens, q, si, sa, sb, N):
     for lo in range(0, len(si), STEP_CHUNK):
         for kind in range(3):
             c = codes_of(kind, lo, lo + STEP_CHUNK)
-            parts.append(sorted(set(c)) if isinstance(c, list) else np.unique(c))
+            parts.append(sorted(set(c)) if isinstance(c, list) else _distinct(c))
     if any(isinstance(c, list) for c in parts):
         want = sorted(set().union(*(set(np.asarray(c).tolist()) if not isinstance(c, list)
                                     else set(c) for c in parts)))
