@@ -131,8 +131,8 @@ def build_parser():
                     "results.csv, summary.csv, summary.md and PNG figures.",
     )
     rep.add_argument("experiment",
-                     choices=["witness", "length", "ood", "beyond", "maps", "scaling", "all",
-                              "docs-artifacts"],
+                     choices=["witness", "length", "ood", "beyond", "maps", "scaling", "exact",
+                              "all", "docs-artifacts"],
                      help="witness, length: the paper's experiments; ood, beyond, maps: "
                           "beyond the paper (docs: results page); scaling: the rank "
                           "sandwich across n_bits; all: the paper's two (witness, length); "

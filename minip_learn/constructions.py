@@ -144,7 +144,13 @@ def exact_kernel_realization(n_bits=None, tokens=None, *, beta=None, seq_len=3):
     ``rho_x(u) = <x, u>`` the head equals :func:`softmax_construction` on every
     sequence over ``T``, of any length. Its rank is ``|T|`` (``2^m`` for all tokens):
     the *constructive rank* of a family over ``T``. Built on the ``table`` feature map
-    with log-features ``0`` / ``-1e4`` (an exact zero) for the one-hot.
+    with query log-features ``0`` on the diagonal and ``-(beta * n_bits + 1e4)`` off it
+    for the one-hot. The head evaluates its kernel in the log domain (a logsumexp over
+    the features, shifted by each query's maximum), so the result is exact at any
+    ``beta``: every off-diagonal term is at most ``exp(-1e4)`` times the largest term
+    of its query, since ``beta <x, z> <= beta * n_bits`` for every pair of tokens
+    (a fixed ``-1e4`` stops being negligible once ``beta <x, z>`` approaches ``1e4``:
+    at 20 bits and ``N = 1972``, ``beta * n_bits / 2 = 19710``).
 
     Parameters
     ----------
@@ -207,8 +213,9 @@ def exact_kernel_realization(n_bits=None, tokens=None, *, beta=None, seq_len=3):
         n_bits, r, feature_map="table", feature_kwargs={"vocabulary": T}
     ).double()
     Tt = torch.as_tensor(T, dtype=torch.float64)
-    # table rows follow the vocabulary order, which is T itself
-    onehot_log = torch.full((r, r), -1e4, dtype=torch.float64)
+    # table rows follow the vocabulary order, which is T itself; the off-diagonal log
+    # value lies 1e4 below the smallest log-kernel -beta * n_bits of any pair
+    onehot_log = torch.full((r, r), -(beta * n_bits + 1e4), dtype=torch.float64)
     onehot_log.fill_diagonal_(0.0)
     head.set_token_tables(query=onehot_log, key=-beta * (Tt @ Tt.T))
     head.set_identity_value_readout()

@@ -11,16 +11,20 @@
 * :func:`plot_rank_sandwich` -- rank against the number of bits ``m`` (log axis): the
   band between the certified and the smallest solving rank, the constructive rank, the
   softmax score dimension and the design bound as a dashed calculation.
+* :func:`plot_exact` -- the exact minimum rank of the R9 families against ``m`` (log2
+  axis, with its fitted growth line) beside the certified rank against the sequence
+  length ``N`` (:ref:`theory-r9`).
 * :func:`plot_kernel_heatmap` -- a fitted kernel head's matrix ``alpha(x_i, k_j)`` on a
   witness suite's queries and designated keys (the approximate identity of :ref:`theory-r5`).
 
-Each function draws on ``ax`` (a new figure when None) and returns the axes.
+Each function draws on ``ax`` (a new figure when None) and returns the axes
+(:func:`plot_exact`: on a pair ``axes`` and returns the pair).
 :mod:`matplotlib.pyplot` is imported only when a function is called.
 """
 
 import numpy as np
 
-__all__ = ["kernel_matrix", "plot_kernel_heatmap", "plot_length_transition",
+__all__ = ["kernel_matrix", "plot_exact", "plot_kernel_heatmap", "plot_length_transition",
            "plot_ood_transition", "plot_phase_transition", "plot_rank_sandwich",
            "plot_variant_sweep"]
 
@@ -489,3 +493,93 @@ def plot_rank_sandwich(summary, *, design=None, ax=None, title=None):
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left")
     return ax
+
+
+def plot_exact(summary, length, *, axes=None, title=None):
+    """The exact minimum rank against ``n_bits`` beside the certified rank against ``N``.
+
+    Left: the exact minimum rank of the R9 families (:ref:`theory-r9`; certified rank =
+    constructive rank) against ``n_bits`` on a log2 axis, with the least-squares line
+    of ``log2(rank)`` on ``n_bits`` (its slope in the legend). Right: the certified
+    rank against the sequence length ``N`` for each family of ``length``, with the
+    family's constructive rank dashed: the certified rank rises with ``N`` until the
+    two meet.
+
+    Parameters
+    ----------
+    summary : pandas.DataFrame
+        One row per size (the ``summary`` of
+        :func:`~minip_learn.experiments.exact_experiment`): ``n_bits``,
+        ``certified_min_rank``, ``constructive_rank`` and ``exact`` (rows that are not
+        exact, or have no rank, are left out of the left panel).
+    length : pandas.DataFrame
+        Columns ``family``, ``n_bits``, ``seq_len``, ``certified_min_rank`` and
+        ``constructive_rank`` (one row per family and length).
+    axes : sequence of two matplotlib Axes, default=None
+        Axes to draw on; None draws on a new figure with two panels.
+    title : str, default=None
+        Title of the figure; None uses the plot's own.
+
+    Returns
+    -------
+    axes : ndarray of two matplotlib Axes
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from minip_learn.plotting import plot_exact
+    >>> summary = pd.DataFrame({"n_bits": [8, 12, 16], "certified_min_rank": [14, 80, 870],
+    ...                         "constructive_rank": [14, 80, 870], "exact": [True] * 3})
+    >>> length = pd.DataFrame({"family": ["exact"] * 3, "n_bits": [8] * 3,
+    ...                        "seq_len": [3, 4, 5], "certified_min_rank": [3, 9, 14],
+    ...                        "constructive_rank": [14] * 3})
+    >>> left, right = plot_exact(summary, length)
+    >>> left.get_yscale(), len(right.get_lines())
+    ('log', 2)
+    """
+    import pandas as pd
+
+    if axes is None:
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.4), layout="constrained")
+    left, right = axes
+    s = summary.sort_values("n_bits")
+    rank = pd.to_numeric(s["certified_min_rank"], errors="coerce").to_numpy(float)
+    ok = np.isfinite(rank) & (rank > 0) & s["exact"].astype(str).isin(["True", "true", "1"])
+    m, r = s["n_bits"].to_numpy(float)[ok], rank[ok]
+    left.plot(m, r, "o", color="C0", markersize=7, label="exact minimum rank |C|")
+    for mi, ri in zip(m, r):
+        left.annotate(f"{int(ri)}", (mi, ri), textcoords="offset points", xytext=(6, -10),
+                      fontsize=8)
+    if len(m) >= 2:
+        slope, intercept = np.polyfit(m, np.log2(r), 1)
+        grid = np.linspace(m.min(), m.max(), 50)
+        left.plot(grid, 2.0 ** (intercept + slope * grid), "-", color="C0", alpha=0.6,
+                  label=f"fit: log2 rank = {intercept:.2f} + {slope:.3f} m")
+    left.set_yscale("log", base=2)
+    left.set_xlabel("bits per token m")
+    left.set_ylabel("minimum feature rank")
+    left.set_title("Exact minimum rank (certified = constructive)")
+    left.grid(True, which="major", alpha=0.3)
+    left.legend(fontsize=8, loc="upper left")
+    _plot_length_curves(right, length)
+    if title:
+        left.figure.suptitle(title)
+    return np.asarray([left, right], dtype=object)
+
+
+def _plot_length_curves(ax, length):
+    """Right panel of :func:`plot_exact`: certified rank vs ``N`` per family."""
+    for i, (name, g) in enumerate(length.groupby(["family", "n_bits"], sort=False)):
+        g = g.sort_values("seq_len")
+        label = f"{name[0]} (m = {name[1]})"
+        ax.plot(g["seq_len"], g["certified_min_rank"], "o-", color=f"C{i}", markersize=3,
+                label=f"{label}: certified")
+        ax.plot(g["seq_len"], g["constructive_rank"], "--", color=f"C{i}", linewidth=1,
+                label=f"{label}: constructive")
+    ax.set_xlabel("sequence length N")
+    ax.set_ylabel("feature rank")
+    ax.set_title("Certified rank rises with N to the constructive rank")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")

@@ -15,6 +15,9 @@ its tables and figures when given an output folder:
   readouts against the certified bound (see :ref:`theory-r7`).
 * :func:`maps_experiment` -- a leaderboard of every registered feature map: rank
   needed on a witness suite, theorem flag, out-of-distribution exact-match.
+* :func:`exact_experiment` -- the exact minimum rank of the R9 families across ``m``
+  (certified rank = constructive rank, see :ref:`theory-r9`), the certified rank
+  against the sequence length, and kernel heads trained around the exact rank.
 * :func:`scaling_experiment` -- the rank sandwich across the number of bits ``m``:
   certified bound, smallest verified solving rank (trained heads and nonnegative
   factorisations, :func:`~minip_learn.constructions.factorized_kernel_head`) and
@@ -23,7 +26,7 @@ its tables and figures when given an output folder:
 All numbers (ranks, seeds, epochs, feature map ...) live in :data:`SETTINGS`, one
 ``"quick"`` and one ``"full"`` entry per experiment; keyword arguments override them.
 Each recipe is a module of this package (``witness``, ``length``, ``ood``, ``beyond``,
-``maps``, ``scaling``)
+``maps``, ``scaling``, ``exact``)
 with its own ``SETTINGS``; what they share is in one helpers module. The fits of a run
 go to ``out/runs`` (see the docs page "Results folders and failures"), and every output
 folder holds ``provenance.json``: library version, git commit, command
@@ -34,9 +37,10 @@ folder holds ``provenance.json``: library version, git commit, command
 ``minip-learn reproduce docs-artifacts`` regenerates.
 """
 
-from . import beyond, length, maps, ood, scaling, witness
+from . import beyond, exact, length, maps, ood, scaling, witness
 from ._shared import markdown_table, recorded_command
 from .beyond import beyond_experiment
+from .exact import exact_checks, exact_experiment
 from .length import length_experiment
 from .maps import maps_experiment
 from .ood import ood_experiment
@@ -48,6 +52,8 @@ __all__ = [
     "EXPERIMENTS",
     "SETTINGS",
     "beyond_experiment",
+    "exact_checks",
+    "exact_experiment",
     "growth_fit",
     "length_experiment",
     "maps_experiment",
@@ -63,10 +69,11 @@ __all__ = [
 #: The recipes' grids and training settings: ``SETTINGS[experiment]["quick"|"full"]``
 #: (the ``SETTINGS`` of each recipe module).
 SETTINGS = {"witness": witness.SETTINGS, "length": length.SETTINGS, "ood": ood.SETTINGS,
-            "beyond": beyond.SETTINGS, "maps": maps.SETTINGS, "scaling": scaling.SETTINGS}
+            "beyond": beyond.SETTINGS, "maps": maps.SETTINGS, "scaling": scaling.SETTINGS,
+            "exact": exact.SETTINGS}
 
 #: Names accepted by :func:`run_experiment` (and ``minip-learn reproduce``).
-EXPERIMENTS = ("witness", "length", "ood", "beyond", "maps", "scaling")
+EXPERIMENTS = ("witness", "length", "ood", "beyond", "maps", "scaling", "exact")
 
 #: The recipe outputs committed under the docs' ``_static`` folder, in the order
 #: ``minip-learn reproduce docs-artifacts`` regenerates them: name -> ``experiment``,
@@ -81,6 +88,7 @@ DOCS_ARTIFACTS = {
     "scaling-quick": dict(experiment="scaling", quick=True, folder="scaling/quick",
                           minutes=1),
     "scaling": dict(experiment="scaling", quick=False, folder="scaling", minutes=10),
+    "exact": dict(experiment="exact", quick=False, folder="exact", minutes=900),
 }
 
 
@@ -89,11 +97,11 @@ def run_experiment(name, **kwargs):
 
     Parameters
     ----------
-    name : {"witness", "length", "ood", "beyond", "maps", "scaling"}
+    name : {"witness", "length", "ood", "beyond", "maps", "scaling", "exact"}
     **kwargs
         Keyword arguments of :func:`witness_experiment`, :func:`length_experiment`,
-        :func:`ood_experiment`, :func:`beyond_experiment`, :func:`maps_experiment` or
-        :func:`scaling_experiment`.
+        :func:`ood_experiment`, :func:`beyond_experiment`, :func:`maps_experiment`,
+        :func:`scaling_experiment` or :func:`exact_experiment`.
 
     Returns
     -------
@@ -109,7 +117,8 @@ def run_experiment(name, **kwargs):
     """
     funcs = {"witness": witness_experiment, "length": length_experiment,
              "ood": ood_experiment, "beyond": beyond_experiment,
-             "maps": maps_experiment, "scaling": scaling_experiment}
+             "maps": maps_experiment, "scaling": scaling_experiment,
+             "exact": exact_experiment}
     if name not in funcs:
         raise ValueError(f"unknown experiment {name!r}; choose from {list(funcs)}.")
     return funcs[name](**kwargs)

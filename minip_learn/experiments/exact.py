@@ -1,0 +1,448 @@
+"""The exact recipe: the exact minimum rank of the R9 families across ``m``.
+
+For every size ``m``, :func:`exact_experiment` builds the family of :ref:`theory-r9`
+(``make_witness_suite(m, construction="exact")``), certifies it in a fresh process (its
+time and peak memory are its own; running out of memory gives a row with the error),
+writes the family and its certificate, verifies the certificate against the written
+family, and verifies the head of :ref:`theory-r3` with one feature per word. Where the
+certified rank equals the constructive rank ``|C|`` the minimum rank is exactly
+``|C|``; its growth per bit is fitted on a log2 scale. Beside it: the certified rank
+against the length ``N`` (it rises to the constructive rank) and kernel heads trained
+below, at and above the exact rank.
+"""
+
+import gzip
+import inspect
+import json
+import multiprocessing
+import time
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import Bunch
+
+from ..compact import load_family
+from ..constructions import exact_kernel_realization
+from ..datasets import make_witness_suite
+from ..estimators import KernelAttentionRegressor
+from ..metrics import TOLERANCE, verify_solver
+from ..theory import Certificate, certify, verify_certificate
+from ._shared import Recipe, display, fmt, markdown_table, report, settings_text
+
+__all__ = ["SETTINGS", "SUMMARY_COLUMNS", "exact_checks", "exact_experiment"]
+
+#: The columns of ``summary.csv``, one row per size.
+SUMMARY_COLUMNS = (
+    "n_bits", "code", "seq_len", "n_queries", "n_sequences", "certified_min_rank",
+    "constructive_rank", "exact", "suite_params", "certificate", "family", "certify_time",
+    "verify_time", "peak_memory", "solver_max_error", "solver", "error",
+)
+
+_QUICK = dict(
+    # |C| = 14, 80, 870 at N = 15, 53, 352 (280, 9,520 and 1,134,480 sequences)
+    sizes=(8, 12, 16),
+    suite=dict(construction="exact", max_sequences=10**8),
+    # certified rank against N = 3, 4, ... until it meets the constructive rank
+    length=dict(hadamard=dict(n_bits=24, construction="hadamard", ladder_gap=None),
+                exact=dict(n_bits=12, construction="exact", max_sequences=10**6)),
+    max_seq_len=400,
+    # trained heads on the exact family of this size at ranks (None: r/2, r-1, r, r+16, 2r)
+    transition_bits=12,
+    ranks=None,
+    seeds=(0,),
+    kernel=dict(feature_map="table", max_epochs=2, stop_tolerance=0.5, split_every=None),
+    # the R3 head is verified on every sequence of families up to this size (compact)
+    verify_max_sequences=10**6,
+    # the sweep gets the CompactFamily and per-slot targets (else X, y: <= 256 MiB)
+    compact_input=False,
+)
+
+#: The recipe's grids and training settings: ``SETTINGS["quick"|"full"]``.
+SETTINGS = {
+    "quick": _QUICK,
+    # m = 20: |C| = 9,252 at N = 2,589 (128,390,004 sequences)
+    "full": {**_QUICK, "sizes": (8, 12, 16, 20),
+             "suite": dict(construction="exact", max_sequences=10**9), "seeds": (0, 1, 2),
+             "verify_max_sequences": 2 * 10**6,
+             "kernel": dict(feature_map="table", max_epochs=3000, stop_tolerance=0.5)},
+}
+
+#: The arguments of make_witness_suite: what ``suite_params`` keeps of ``suite.params``
+_SUITE_ARGS = tuple(inspect.signature(make_witness_suite).parameters)
+
+
+def _peak_rss_mb():
+    """Peak resident set size of this process in MB: ``VmHWM`` of /proc/self/status
+    (NaN without it). Not ``ru_maxrss``: on Linux a spawned process starts with its
+    parent's at the fork."""
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(x.split()[1]) / 1024 for x in fh if x.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return float("nan")
+
+
+def _measure_in_process(n_bits, suite, folder):
+    """Build, certify, write and verify one size; runs in a fresh process.
+
+    Returns the size's row and, without ``folder``, its family (else None: the
+    family is read back from ``folder/family.npz``).
+    """
+    imported = _peak_rss_mb()
+    suite = make_witness_suite(n_bits, **suite)
+    t0 = time.perf_counter()
+    rank, cert = certify(suite.family, return_certificate=True)
+    certify_time = time.perf_counter() - t0
+    peak = _peak_rss_mb()
+    family, text = suite.family, cert.to_json()
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        family.save(folder / "family.npz")
+        with gzip.open(folder / "certificate.json.gz", "wt") as fh:
+            fh.write(text)
+        family = load_family(folder / "family.npz")       # verify what was written
+        with gzip.open(folder / "certificate.json.gz", "rt") as fh:
+            text = fh.read()
+    cert = Certificate.from_json(text)
+    t0 = time.perf_counter()
+    verify_certificate(cert, family)
+    verify_time = time.perf_counter() - t0
+    params = {k: v for k, v in suite.params.items() if k in _SUITE_ARGS}
+    row = dict(
+        n_bits=n_bits, code=suite.params["code"], seq_len=family.seq_len,
+        n_queries=int(suite.params["n_queries"]), n_sequences=len(family),
+        certified_min_rank=int(rank), constructive_rank=int(suite.constructive_rank),
+        exact=bool(rank == suite.constructive_rank),
+        suite_params=json.dumps(params, sort_keys=True),
+        certificate=None if folder is None else f"{folder.name}/certificate.json.gz",
+        family=None if folder is None else f"{folder.name}/family.npz",
+        certify_time=certify_time, verify_time=verify_time, peak_memory=peak,
+        import_memory=imported)
+    return row, (family if folder is None else None)
+
+
+class _SizeFailed(Exception):
+    """A size whose measuring process ran out of memory or ended without a result."""
+
+
+def _child(conn, n_bits, suite, folder):
+    """Target of the measuring process: sends ``(status, payload)`` back."""
+    try:
+        conn.send(("ok", _measure_in_process(n_bits, suite, folder)))
+    except MemoryError as exc:
+        conn.send(("failed", f"MemoryError: {exc}".rstrip(": ")))
+    except Exception as exc:  # raised again in the parent
+        conn.send(("raise", exc))
+    finally:
+        conn.close()
+
+
+def _in_fresh_process(n_bits, suite, folder):
+    """:func:`_measure_in_process` in a spawned process of its own, so that its peak
+    memory is that size's alone; :class:`_SizeFailed` when it runs out of memory or
+    ends without a result (e.g. killed by the system's out-of-memory killer)."""
+    ctx = multiprocessing.get_context("spawn")
+    recv, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, n_bits, suite, folder), daemon=True)
+    proc.start()
+    send.close()
+    try:
+        status, payload = recv.recv()
+    except EOFError:
+        proc.join()
+        killed = "; killed: out of memory?" if proc.exitcode == -9 else ""
+        raise _SizeFailed(f"the measuring process ended without a result (exit code "
+                          f"{proc.exitcode}{killed})") from None
+    finally:
+        recv.close()
+        proc.join(timeout=60)
+        proc.terminate()   # nothing left to do there: only a process that hangs
+    if status == "raise":
+        raise payload
+    if status == "failed":
+        raise _SizeFailed(payload)
+    return payload
+
+
+def _construction(recipe, row, family):
+    """The R3 head with one feature per word, saved to ``solvers/``, reloaded and
+    verified on every sequence of families up to ``verify_max_sequences`` (else NaN)."""
+    est = exact_kernel_realization(tokens=family.tokens, seq_len=family.seq_len)
+    path = None
+    if recipe.out is not None:
+        import joblib
+
+        path = recipe.out / "solvers" / f"m{row['n_bits']}-rank{est.rank}.joblib"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        joblib.dump(est, path)
+        est = joblib.load(path)
+    err, cap, step = float("nan"), recipe.cfg["verify_max_sequences"], 1 << 16
+    if cap is None or len(family) <= cap:     # compact slices: bounded memory
+        parts = (family[a:a + step] for a in range(0, len(family), step))
+        err = max(verify_solver(est, part, part.targets()) for part in parts)
+    return dict(solver_max_error=err,
+                solver=None if path is None else str(path.relative_to(recipe.out)))
+
+
+def _measure_size(recipe, m):
+    """The summary row of size ``m``; a size whose process runs out of memory gives a
+    row with its ``error``."""
+    folder = None if recipe.out is None else recipe.out / f"m{m}"
+    try:
+        row, family = _in_fresh_process(m, recipe.cfg["suite"], folder)
+    except (MemoryError, _SizeFailed) as exc:
+        text = str(exc) if isinstance(exc, _SizeFailed) else f"MemoryError: {exc}".rstrip(": ")
+        return dict(n_bits=m, exact=False, error=text)
+    if family is None:
+        family = load_family(folder / "family.npz")
+    row.update(_construction(recipe, row, family))
+    row["error"] = None
+    return row
+
+
+def _done_rows(recipe):
+    """Rows of ``summary.csv`` already in ``out`` whose files are present and whose
+    suite settings are this run's (None for a size to measure)."""
+    path = None if recipe.out is None else recipe.out / "summary.csv"
+    done = {}
+    rows = pd.read_csv(path).to_dict("records") if path and path.is_file() else []
+    for row in rows:
+        if isinstance(row.get("error"), str) or not isinstance(row.get("suite_params"), str):
+            continue
+        params = json.loads(row["suite_params"])
+        if any(params.get(k) != v for k, v in recipe.cfg["suite"].items()):
+            continue
+        files = [row[c] for c in ("certificate", "family", "solver") if isinstance(row[c], str)]
+        if len(files) == 3 and all((recipe.out / f).is_file() for f in files):
+            done[int(row["n_bits"])] = {**row, "error": None}
+    return done
+
+
+def _length_curves(cfg, progress):
+    """``length.csv``: the certified rank at N = 3, 4, ... until it meets the
+    constructive rank (or ``max_seq_len``), per family of ``cfg["length"]``."""
+    from tqdm.auto import tqdm
+
+    rows = []
+    for name, kwargs in cfg["length"].items():
+        kwargs = dict(kwargs)
+        n_bits = kwargs.pop("n_bits")
+        for N in tqdm(range(3, cfg["max_seq_len"] + 1), desc=f"length {name} m={n_bits}",
+                      unit="N", disable=not progress, leave=False):
+            s = make_witness_suite(n_bits, N, **kwargs)
+            rows.append(dict(family=name, n_bits=n_bits, seq_len=N,
+                             certified_min_rank=int(s.certified_min_rank),
+                             constructive_rank=int(s.constructive_rank)))
+            if s.certified_min_rank >= s.constructive_rank:
+                break
+    return pd.DataFrame(rows, columns=["family", "n_bits", "seq_len", "certified_min_rank",
+                                       "constructive_rank"])
+
+
+def _transition(recipe):
+    """Kernel heads over ranks around the exact rank of the ``transition_bits`` family
+    (a fit below the certified rank that solves raises, see
+    :func:`~minip_learn.model_selection.rank_sweep`)."""
+    cfg = recipe.cfg
+    m = int(cfg["transition_bits"])
+    suite = make_witness_suite(m, **cfg["suite"])
+    bound, r = int(suite.certified_min_rank), int(suite.constructive_rank)
+    ranks = cfg["ranks"] or sorted({max(1, r // 2), r - 1, r, r + 16, 2 * r})
+    if not cfg["compact_input"] and suite.X is None:
+        raise ValueError(f"the m = {m} exact family is not materialised (above 256 MiB): "
+                         "choose a smaller transition_bits or compact_input=True.")
+    X, y = (suite.family, suite.slot_targets) if cfg["compact_input"] else (suite.X, suite.y)
+    N = suite.family.seq_len
+    res = recipe.sweep(KernelAttentionRegressor(**cfg["kernel"]), X, y,
+                       name=f"exact-m{m}-N{N}", ranks=list(ranks), seeds=list(cfg["seeds"]),
+                       certified_min_rank=bound,
+                       tags={"model": "kernel", "n_bits": m, "seq_len": N,
+                             "certified_min_rank": bound})
+    results = res.results
+    table = results.groupby("rank").agg(
+        seeds=("seed", "size"), n_solved=("solved", "sum"),
+        best_max_error=("max_abs_error", "min")).reset_index()
+    table.insert(3, "solved_fraction", table["n_solved"] / table["seeds"])
+    return Bunch(results=results, table=table, certified_min_rank=bound, rank=r, n_bits=m,
+                 seq_len=N)
+
+
+def _growth(summary, confidence=0.95):
+    """``growth.csv``: least-squares slope of log2(exact rank) per bit with its
+    t-interval (``df = n - 2``; NaN with fewer than 3 sizes)."""
+    from scipy import stats
+
+    s = summary[summary["exact"].astype(str) == "True"]
+    x = s["n_bits"].to_numpy(float)
+    z = np.log2(pd.to_numeric(s["certified_min_rank"]).to_numpy(float))
+    n, nan = len(x), float("nan")
+    fit = dict(quantity="exact minimum rank", n=n, sizes=",".join(str(int(v)) for v in x),
+               slope=nan, intercept=nan, stderr=nan, df=n - 2 if n >= 3 else nan,
+               ci_low=nan, ci_high=nan)
+    if n >= 2 and np.ptp(x) > 0:
+        lr = stats.linregress(x, z)
+        fit.update(slope=float(lr.slope), intercept=float(lr.intercept))
+        if n >= 3:
+            half = float(stats.t.ppf(0.5 + confidence / 2, n - 2)) * float(lr.stderr)
+            fit.update(stderr=float(lr.stderr), ci_low=lr.slope - half,
+                       ci_high=lr.slope + half)
+    return pd.DataFrame([fit])
+
+
+def exact_checks(summary, length, results, *, certified_min_rank):
+    """The expected behaviours of an exact run, each True or False: every size of
+    ``summary`` measured, exact, its certificate verified and its construction solving
+    where verified; each ``length`` curve never falling and ending at its constructive
+    rank; no fit of ``results`` below ``certified_min_rank`` solving."""
+    ok = summary[summary["error"].isna()]
+    err = pd.to_numeric(ok["solver_max_error"], errors="coerce")
+    checks = {
+        "every_size_measured": bool(len(ok) == len(summary)),
+        "exact_at_every_size": bool(len(ok) and (ok["exact"].astype(str) == "True").all()),
+        "certificates_verify": bool(pd.to_numeric(ok["verify_time"]).notna().all()),
+        "constructions_solve": bool(err.notna().any() and (err.dropna() < TOLERANCE).all()),
+    }
+    for name, g in length.groupby("family", sort=False):
+        c = g.sort_values("seq_len")["certified_min_rank"].to_numpy()
+        checks[f"length_{name}_never_falls"] = bool((np.diff(c) >= 0).all())
+        checks[f"length_{name}_meets_constructive"] = bool(
+            c[-1] == g.sort_values("seq_len")["constructive_rank"].iloc[-1])
+    checks["none_solved_below_bound"] = bool(
+        not results.loc[results["rank"] < certified_min_rank, "solved"].any())
+    return checks
+
+
+def _row_text(r):
+    ok = not isinstance(r.get("error"), str)
+    return {"m": fmt(r["n_bits"]), "N": fmt(r.get("seq_len")),
+            "sequences": f"{int(r['n_sequences']):,}" if ok else "-",
+            "certified": fmt(r.get("certified_min_rank")),
+            "constructive": fmt(r.get("constructive_rank")),
+            "exact": ("yes" if str(r["exact"]) == "True" else "no") if ok else "-",
+            "certify (s)": fmt(r.get("certify_time")), "verify (s)": fmt(r.get("verify_time")),
+            "peak (MB)": fmt(r.get("peak_memory"), 4),
+            "R3 max error": fmt(r.get("solver_max_error")), "error": "" if ok else r["error"]}
+
+
+def _markdown(summary, length, transition, growth, checks, cfg, imported):
+    g = growth.iloc[0]
+    ci = (f"95% CI [{g['ci_low']:.3f}, {g['ci_high']:.3f}] (t-interval, df = "
+          f"{g['df']:.0f})" if np.isfinite(g["ci_low"]) else "no interval (< 3 sizes)")
+    meets = "; ".join(f"{name}: rank {int(d['certified_min_rank'].iloc[-1])} at "
+                      f"N = {int(d['seq_len'].iloc[-1])}"
+                      for name, d in length.groupby("family", sort=False))
+    t = transition
+    note = "\n\n".join([
+        f"log2(exact rank) grows {g['slope']:.3f} per bit over m = {g['sizes']}, {ci}."
+        if np.isfinite(g["slope"]) else "Fewer than 2 exact sizes: no growth fit.",
+        f"Certified rank against N, where it meets the constructive rank: {meets}.",
+        f"Trained heads on the m = {t.n_bits} family (N = {t.seq_len}, exact rank "
+        f"{t.rank}): " + settings_text(cfg["kernel"]) + f"; seeds {list(cfg['seeds'])}.\n\n"
+        + markdown_table(t.table),
+        "peak (MB): peak resident set size (VmHWM) of a fresh process that imports "
+        "the library, builds the family and certifies it"
+        + (f" (after its imports alone: {imported:.0f} MB in this run)"
+           if np.isfinite(imported) else "") + ". R3 max error: the head with "
+        f"one feature per word, on every sequence (-: family above "
+        f"verify_max_sequences = {cfg['verify_max_sequences']})."])
+    return report(
+        "Exact minimum rank (R9)",
+        "Families of R4 sequences over complement-closed constant-weight codes at the "
+        "length where the certificate is diagonally dominant: the certified rank equals "
+        "the constructive rank |C|, so the minimum rank is exactly |C|.",
+        display(summary, _row_text), checks, note=note)
+
+
+def exact_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
+                     figures=True, ensemble=False, **settings):
+    """The exact minimum rank of the R9 families across ``n_bits`` (:ref:`theory-r9`).
+
+    Parameters
+    ----------
+    quick : bool, default=True
+        ``SETTINGS["exact"]["quick"]`` (sizes 8, 12, 16; one seed of a few epochs) or
+        ``["full"]`` (sizes 8 to 20, three seeds).
+    out : str or path, default=None
+        Folder for ``summary.csv`` (columns :data:`SUMMARY_COLUMNS`, rewritten as each
+        size finishes), ``summary.md``, ``length.csv``, ``results.csv`` (the trained
+        fits), ``transition.csv``, ``growth.csv``, ``exact.png``, per size
+        ``m{m}/family.npz`` and ``m{m}/certificate.json.gz``, and
+        ``solvers/m{m}-rank{r}.joblib``. A size already in ``summary.csv`` with its
+        files present is not measured again; fits go to ``out/runs``. None keeps
+        everything in memory.
+    n_jobs, devices, progress, figures, ensemble
+        As in :func:`~minip_learn.experiments.witness_experiment`.
+    **settings
+        Overrides: ``sizes``, ``suite`` (keyword arguments of
+        :func:`~minip_learn.datasets.make_witness_suite` besides ``n_bits``),
+        ``length`` (family name -> its keyword arguments), ``max_seq_len``,
+        ``transition_bits``, ``ranks``, ``seeds``, ``kernel``, ``verify_max_sequences``
+        (largest family on which the R3 head is verified; None: all) and
+        ``compact_input`` (True: the sweep gets the ``CompactFamily`` and per-slot
+        targets; False: the materialised sequences, which exist up to 256 MiB).
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``summary``, ``length``, ``results``, ``transition``, ``growth``, ``markdown``,
+        ``checks`` (:func:`exact_checks`), ``figures``, ``files``, ``settings``, ``elapsed``.
+
+    Examples
+    --------
+    >>> from minip_learn.experiments import exact_experiment
+    >>> res = exact_experiment(
+    ...     sizes=(8,), length={"exact": {"n_bits": 8, "construction": "exact"}},
+    ...     transition_bits=8, kernel={"max_epochs": 2}, progress=False, figures=False)
+    >>> res.summary[["n_bits", "seq_len", "certified_min_rank", "exact"]].values.tolist()
+    [[8, 15, 14, True]]
+    """
+    recipe = Recipe("exact", SETTINGS, quick=quick, out=out, n_jobs=n_jobs,
+                    devices=devices, progress=progress, figures=figures, ensemble=ensemble,
+                    overrides=settings)
+    summary, imported = _measure_sizes(recipe, progress)
+    length = _length_curves(recipe.cfg, progress)
+    transition = _transition(recipe)
+    growth = _growth(summary)
+    checks = exact_checks(summary, length, transition.results,
+                          certified_min_rank=transition.certified_min_rank)
+    markdown = _markdown(summary, length, transition, growth, checks, recipe.cfg,
+                         imported)
+    figs = {}
+    if figures:
+        from ..plotting import plot_exact
+
+        figs["exact"] = plot_exact(summary, length)[0].figure
+    return recipe.finish(
+        Bunch(summary=summary, length=length, results=transition.results,
+              transition=transition.table, growth=growth, markdown=markdown,
+              checks=checks, figures=figs),
+        tables={"length": length, "transition": transition.table, "growth": growth})
+
+
+def _measure_sizes(recipe, progress):
+    """The summary, one row per size, written as each size finishes, and the peak
+    memory of the measuring processes after their imports (NaN when all resumed)."""
+    from tqdm.auto import tqdm
+
+    done, rows = _done_rows(recipe), []
+    for m in tqdm(recipe.cfg["sizes"], desc="sizes", unit="size", disable=not progress):
+        m = int(m)
+        row = done.get(m) or _measure_size(recipe, m)
+        rows.append(row)
+        if progress:
+            tqdm.write(_progress_line(row, m in done))
+        summary = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+        recipe.write_tables(Bunch(results=pd.DataFrame(), summary=summary,
+                                  markdown=markdown_table(display(summary, _row_text))))
+    imported = [r["import_memory"] for r in rows if "import_memory" in r]
+    return (pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS)),
+            max(imported) if imported else float("nan"))
+
+
+def _progress_line(row, resumed):
+    if isinstance(row.get("error"), str):
+        return f"m = {row['n_bits']}: {row['error']}"
+    return (f"m = {row['n_bits']}: N = {row['seq_len']}, {row['n_sequences']:,} sequences, "
+            f"certified {row['certified_min_rank']} / constructive {row['constructive_rank']}"
+            f"; certify {row['certify_time']:.1f} s, peak {row['peak_memory']:.0f} MB, R3 "
+            f"error {fmt(row['solver_max_error'])}" + (" (resumed)" if resumed else ""))
