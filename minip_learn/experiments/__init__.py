@@ -88,7 +88,7 @@ DOCS_ARTIFACTS = {
     "scaling-quick": dict(experiment="scaling", quick=True, folder="scaling/quick",
                           minutes=1),
     "scaling": dict(experiment="scaling", quick=False, folder="scaling", minutes=10),
-    "exact": dict(experiment="exact", quick=False, folder="exact", minutes=900),
+    "exact": dict(experiment="exact", quick=False, folder="exact", minutes=15),
 }
 
 

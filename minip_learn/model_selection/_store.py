@@ -36,6 +36,8 @@ import joblib
 import numpy as np
 import pandas as pd
 
+from ..compact import is_compact
+
 __all__ = ["KeyedStore", "ResultsFolderWarning", "check_writable", "load_sweep"]
 
 _FIT_PREFIX = "fit-"
@@ -122,7 +124,8 @@ def digest(obj, n=12):
 
 def _data_fingerprint(X, y):
     h = hashlib.sha1()
-    for arr in (X, y):
+    arrays = (X.tokens, X.token_ids, X.counts, y) if is_compact(X) else (X, y)
+    for arr in arrays:
         a = np.ascontiguousarray(np.asarray(arr))
         h.update(str((a.shape, a.dtype.str)).encode())
         h.update(a.tobytes())

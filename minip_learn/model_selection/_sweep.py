@@ -31,6 +31,7 @@ from sklearn.model_selection import ParameterGrid
 from sklearn.utils import Bunch
 
 from .._validation import check_int, check_seeds
+from ..compact import is_compact
 from ..metrics import get_scorers
 from ._execution import resolve_devices, resolve_threads_per_fit, run_fits
 from ._store import RunFolder, fit_key, jsonable, to_frame
@@ -370,7 +371,7 @@ def rank_sweep(
     estimator : estimator object
         Unfitted, e.g. :class:`~minip_learn.KernelAttentionRegressor`. It must accept
         ``random_state`` (and ``device`` when ``devices`` is given).
-    X : array-like of shape (n_samples, seq_len, n_bits)
+    X : array-like of shape (n_samples, seq_len, n_bits) or CompactFamily
         The family of sequences.
     y : array-like of shape (n_samples, seq_len)
         Its targets.
@@ -491,7 +492,7 @@ def rank_sweep(
         threads_per_fit=threads_per_fit, devices=devices, out=out, name=name, tags=tags,
         return_estimators=return_estimators, save_estimators=save_estimators,
         progress=progress, ensemble=ensemble)
-    X = np.asarray(X)
+    X = X if is_compact(X) else np.asarray(X)
     y = np.asarray(y)
     folder = config.open_folder(X, y)
     return _SweepRun(config, X, y, folder).run().result()
