@@ -1,4 +1,4 @@
-"""Command line: ``minip-learn reproduce witness|length|ood|beyond|maps|scaling|all``.
+"""Command line: ``minip-learn reproduce witness|length|ood|beyond|maps|scaling|exact|all``.
 
 ``minip-learn reproduce docs-artifacts [--out docs/_static] [--only NAME ...] [--list]``
 regenerates the recipe outputs committed under ``docs/_static`` (listed in
@@ -16,7 +16,8 @@ gzip-compressed.
 ``ood`` (out-of-distribution scaling), ``beyond`` (variants outside the theorem) and
 ``maps`` (a leaderboard of the registered feature maps) go beyond the paper and
 regenerate the docs' results page; ``scaling`` measures the rank sandwich across the
-number of bits ``m`` (docs: the scaling page).
+number of bits ``m`` (docs: the scaling page); ``exact`` the exact minimum rank of the
+R9 families (docs: the exact minimum rank page).
 
 Also available as ``python -m minip_learn``. Writes, per experiment, ``results.csv``
 (one row per fit), ``summary.csv``, ``summary.md`` and PNG figures into

@@ -1,6 +1,6 @@
 """Reproduction recipes: the phase transition on witness suites and beyond the paper.
 
-Five experiments, each a function returning a :class:`~sklearn.utils.Bunch` and writing
+Seven experiments, each a function returning a :class:`~sklearn.utils.Bunch` and writing
 its tables and figures when given an output folder:
 
 * :func:`witness_experiment` -- kernel heads over feature ranks (and seeds) on an
