@@ -1,14 +1,7 @@
-"""The exact recipe: the exact minimum rank of the R9 families across ``m``.
-
-For every size ``m``, :func:`exact_experiment` builds the family of :ref:`theory-r9`
-(``make_witness_suite(m, construction="exact")``), certifies it in a fresh process (its
-time and peak memory are its own; running out of memory gives a row with the error),
-writes the family and its certificate, verifies the certificate against the written
-family, and verifies the head of :ref:`theory-r3` with one feature per word. Where the
-certified rank equals the constructive rank ``|C|`` the minimum rank is exactly
-``|C|``; its growth per bit is fitted on a log2 scale. Beside it: the certified rank
-against the length ``N`` (it rises to the constructive rank) and kernel heads trained
-below, at and above the exact rank.
+"""The exact recipe: the exact minimum rank of the R9 families (:ref:`theory-r9`) across
+``m``: per size the family, its certificate (computed and verified in a fresh process)
+and the R3 head with one feature per word; the growth of log2 |C| per bit; the certified
+rank against the length ``N``; kernel heads trained below, at and above the exact rank.
 """
 
 import gzip
@@ -73,9 +66,8 @@ _SUITE_ARGS = tuple(inspect.signature(make_witness_suite).parameters)
 
 
 def _peak_rss_mb():
-    """Peak resident set size of this process in MB: ``VmHWM`` of /proc/self/status
-    (NaN without it). Not ``ru_maxrss``: on Linux a spawned process starts with its
-    parent's at the fork."""
+    """Peak resident set size in MB: ``VmHWM`` (a spawned process's ``ru_maxrss``
+    starts at its parent's), NaN without /proc."""
     try:
         with open("/proc/self/status") as fh:
             return next(int(x.split()[1]) / 1024 for x in fh if x.startswith("VmHWM:"))
@@ -84,11 +76,8 @@ def _peak_rss_mb():
 
 
 def _measure_in_process(n_bits, suite, folder):
-    """Build, certify, write and verify one size; runs in a fresh process.
-
-    Returns the size's row and, without ``folder``, its family (else None: the
-    family is read back from ``folder/family.npz``).
-    """
+    """Build, certify, write and verify one size (in a fresh process): its row and,
+    without ``folder``, its family (else None: read back from ``folder/family.npz``)."""
     imported = _peak_rss_mb()
     suite = make_witness_suite(n_bits, **suite)
     t0 = time.perf_counter()
@@ -157,7 +146,7 @@ def _in_fresh_process(n_bits, suite, folder):
     finally:
         recv.close()
         proc.join(timeout=60)
-        proc.terminate()   # nothing left to do there: only a process that hangs
+        proc.terminate()   # only a process that hangs is still there
     if status == "raise":
         raise payload
     if status == "failed":
@@ -186,8 +175,7 @@ def _construction(recipe, row, family):
 
 
 def _measure_size(recipe, m):
-    """The summary row of size ``m``; a size whose process runs out of memory gives a
-    row with its ``error``."""
+    """The summary row of size ``m`` (with its ``error`` when it runs out of memory)."""
     folder = None if recipe.out is None else recipe.out / f"m{m}"
     try:
         row, family = _in_fresh_process(m, recipe.cfg["suite"], folder)
@@ -294,7 +282,19 @@ def exact_checks(summary, length, results, *, certified_min_rank):
     """The expected behaviours of an exact run, each True or False: every size of
     ``summary`` measured, exact, its certificate verified and its construction solving
     where verified; each ``length`` curve never falling and ending at its constructive
-    rank; no fit of ``results`` below ``certified_min_rank`` solving."""
+    rank; no fit of ``results`` below ``certified_min_rank`` solving.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from minip_learn.experiments import exact_checks
+    >>> s = pd.DataFrame(dict(error=[None], exact=True, verify_time=1, solver_max_error=0))
+    >>> L = pd.DataFrame(dict(family="a", seq_len=[3, 4], certified_min_rank=[2, 3],
+    ...                       constructive_rank=3))
+    >>> results = pd.DataFrame(dict(rank=[2, 3], solved=[False, True]))
+    >>> all(exact_checks(s, L, results, certified_min_rank=3).values())
+    True
+    """
     ok = summary[summary["error"].isna()]
     err = pd.to_numeric(ok["solver_max_error"], errors="coerce")
     checks = {
@@ -421,8 +421,8 @@ def exact_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progres
 
 
 def _measure_sizes(recipe, progress):
-    """The summary, one row per size, written as each size finishes, and the peak
-    memory of the measuring processes after their imports (NaN when all resumed)."""
+    """The summary (written as each size finishes) and the measuring processes' memory
+    after imports (NaN when all resumed)."""
     from tqdm.auto import tqdm
 
     done, rows = _done_rows(recipe), []

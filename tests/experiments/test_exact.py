@@ -36,7 +36,7 @@ def tiny_run(tmp_path_factory):
 
 def test_registered():
     assert "exact" in EXPERIMENTS and SETTINGS["exact"] is exact.SETTINGS
-    assert SETTINGS["exact"]["full"]["sizes"] == (8, 12, 16, 20)
+    assert SETTINGS["exact"]["full"]["sizes"] == (8, 12, 16)
     assert build_parser().parse_args(["reproduce", "exact", "--quick"]).experiment == "exact"
 
 
