@@ -113,6 +113,8 @@ def _constraints_of(tokens, N, x, y, z):
     gap = _Overlaps(tokens)(x, z) - _Overlaps(tokens)(x, y)
     gap = gap.astype(np.int16 if gap.size and gap.max() < 2**15 else np.int64)
     K = (N - 2) * (gap.astype(np.int64) - 1)
+    if not K.size or K.max() < 2**31:       # one step's denominator: small in practice
+        K = K.astype(np.int32)
     return Constraints(tokens, N, x, y, z, K, gap)
 
 

@@ -44,6 +44,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._memory import trim_heap
 from .._validation import check_sequences
 from ..compact import is_compact
 from ._constraints import (
@@ -849,6 +850,8 @@ def _search(cons, R):
         if restricted is None:
             restricted = _restrict(cons, R, min_reach=r0)
         G = _Graph(cons, restricted)
+        del restricted
+        trim_heap()                         # the graph's temporaries, back to the OS
         if G.V < 2 or not len(G.half):
             continue
         clique, strategy, exhaustive = _select(G)
@@ -936,6 +939,7 @@ def _certify(X, *, reference=False):
         return _trivial(tokens, N, "the family contains no (S1, S2, S3) triple with gap >= 2")
     R = reach_reference(cons) if reference else reach(cons)
     cons.release()                          # the chains hold what the search needs
+    trim_heap()
     G, clique, strategy, exhaustive = _search(cons, R)
     n = len(clique)
     if n < 2:

@@ -4,13 +4,13 @@ Each works per member of the :class:`~minip_learn.nn.HeadEnsemble` that the net
 trains (one member for a single ``fit``).
 """
 
-import ctypes
 import math
 
 import numpy as np
 import torch
 from skorch.callbacks import Callback
 
+from .._memory import heap_free_bytes, malloc_trim
 from ..metrics import TOLERANCE
 from ..nn.splitting import minip_partners, split_shared_features
 from ._net import input_counts, input_tokens
@@ -223,45 +223,6 @@ class SplitSharedFeatures(Callback):
                            [int(moved[i]) if i in live else None for i in range(E)])
 
 
-def _glibc(name):
-    """The C function ``name`` of glibc, or None (another C library, or an older glibc)."""
-    try:
-        return getattr(ctypes.CDLL("libc.so.6"), name)
-    except (OSError, AttributeError):
-        return None
-
-
-def _malloc_trim():
-    """A function returning freed heap memory to the OS (glibc's ``malloc_trim``), or None.
-
-    The batched forward/backward allocates and frees large blocks of varying size every
-    epoch; glibc keeps the freed ones in its heap, and over thousands of epochs the
-    resident size of a rank-128 ensemble grew to several GB (15 GB peak in the full
-    witness run) although the live tensors need a few hundred MB.
-    """
-    trim = _glibc("malloc_trim")
-    if trim is None:
-        return None
-    trim.argtypes = [ctypes.c_size_t]
-    return lambda: trim(0)
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]
-
-
-def _heap_free_bytes():
-    """A function returning the bytes glibc's heap holds free (``mallinfo2().fordblks``,
-    glibc >= 2.33), or None."""
-    info = _glibc("mallinfo2")
-    if info is None:
-        return None
-    info.restype = _MallInfo2
-    return lambda: int(info().fordblks)
-
-
 class TrimMemory(Callback):
     """On CPU, return freed heap memory to the OS every ``every`` epochs (glibc only),
     when the heap holds at least ``min_free`` bytes free.
@@ -283,8 +244,8 @@ class TrimMemory(Callback):
 
     def on_train_begin(self, net, **kwargs):
         cpu = torch.device(net.device).type == "cpu"
-        self.trim_ = _malloc_trim() if cpu else None
-        self.free_ = _heap_free_bytes() if cpu else None
+        self.trim_ = malloc_trim() if cpu else None
+        self.free_ = heap_free_bytes() if cpu else None
 
     def on_epoch_end(self, net, **kwargs):
         if self.trim_ is None or len(net.history) % self.every:

@@ -242,14 +242,14 @@ def test_training_returns_freed_memory_periodically(hadamard12, monkeypatch, ens
                                                     heap_free):
     from minip_learn.training import TRIM_EVERY, TRIM_MIN_FREE, _callbacks
 
-    real = _callbacks._malloc_trim()
+    real = _callbacks.malloc_trim()
     assert real is None or callable(real)  # glibc: malloc_trim; elsewhere nothing
-    free = _callbacks._heap_free_bytes()
+    free = _callbacks.heap_free_bytes()
     assert free is None or free() >= 0  # glibc >= 2.33: mallinfo2
     calls = []
-    monkeypatch.setattr(_callbacks, "_malloc_trim", lambda: (lambda: calls.append(1)))
+    monkeypatch.setattr(_callbacks, "malloc_trim", lambda: (lambda: calls.append(1)))
     # heap_free None: glibc cannot say how much is free, so every TRIM_EVERY epochs
-    monkeypatch.setattr(_callbacks, "_heap_free_bytes",
+    monkeypatch.setattr(_callbacks, "heap_free_bytes",
                         lambda: None if heap_free is None else (lambda: heap_free))
     est = KernelAttentionRegressor(rank=4, feature_map="table", max_epochs=120,
                                    stop_tolerance=None, random_state=0)
