@@ -27,7 +27,8 @@ import numpy as np
 from ._validation import check_binary, check_int, check_sequences, distinct_tokens
 
 __all__ = ["MATERIALIZE_MAX_BYTES", "CompactFamily", "index_dtype", "is_compact",
-           "load_family", "merge_slots", "overlap_words", "pack_tokens", "token_ids"]
+           "load_family", "merge_slots",
+           "smallest_int_dtype", "overlap_words", "pack_tokens", "token_ids"]
 
 #: the witness suites materialise ``X`` only when it takes at most this many bytes
 MATERIALIZE_MAX_BYTES = 1 << 28
@@ -36,7 +37,7 @@ MATERIALIZE_MAX_BYTES = 1 << 28
 NPZ_FORMAT = "minip-learn compact family"
 
 
-def _smallest_int(max_value, min_value=0):
+def smallest_int_dtype(max_value, min_value=0):
     """The smallest signed integer dtype holding ``min_value..max_value``."""
     for dt in (np.int8, np.int16, np.int32, np.int64):
         info = np.iinfo(dt)
@@ -156,8 +157,8 @@ class CompactFamily:
                              f"row 0 sums to {N}, row {r} to {int(lengths[r])}.")
         if N < 1:
             raise ValueError("every sequence needs at least one token (counts sum to 0).")
-        ids = ids.astype(_smallest_int(T - 1, -1), copy=False)
-        cnt = cnt.astype(_smallest_int(N), copy=False)
+        ids = ids.astype(smallest_int_dtype(T - 1, -1), copy=False)
+        cnt = cnt.astype(smallest_int_dtype(N), copy=False)
         return ids, cnt, N
 
     @classmethod

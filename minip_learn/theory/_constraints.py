@@ -77,13 +77,14 @@ def _finish(tokens, N, triples, s1=None):
         s1 = np.unique(s1)
         has = (isin(x * T + y, s1)) & (isin(x * T + z, s1))
         x, y, z = x[has], y[has], z[has]
-    gap = _Overlaps(tokens)(x, z) - _Overlaps(tokens)(x, y)
+    overlaps = _Overlaps(tokens)
+    gap = overlaps(x, z) - overlaps(x, y)
     ok = gap >= 2
     x, y, z = x[ok], y[ok], z[ok]
     if float(T) ** 3 < 2.0 ** 62:
-        return _from_codes(tokens, N, [(x * T + y) * T + z])
+        return _from_codes(tokens, N, [(x * T + y) * T + z], overlaps)
     _, first = np.unique(np.stack([x, y, z], axis=1), axis=0, return_index=True)
-    return _constraints_of(tokens, N, x[first], y[first], z[first])
+    return _constraints_of(tokens, N, x[first], y[first], z[first], overlaps)
 
 
 class _Overlaps:
@@ -106,11 +107,12 @@ class _Overlaps:
         return overlap_words(self.words, a, b)
 
 
-def _constraints_of(tokens, N, x, y, z):
-    """Constraints from sorted, distinct triples of gap >= 2 (indices in small dtypes)."""
+def _constraints_of(tokens, N, x, y, z, overlaps):
+    """Constraints from sorted, distinct triples of gap >= 2 (indices in small dtypes);
+    ``overlaps`` is the tokens' :class:`_Overlaps`."""
     idx = index_dtype(len(tokens))
     x, y, z = (a.astype(idx, copy=False) for a in (x, y, z))
-    gap = _Overlaps(tokens)(x, z) - _Overlaps(tokens)(x, y)
+    gap = overlaps(x, z) - overlaps(x, y)
     gap = gap.astype(np.int16 if gap.size and gap.max() < 2**15 else np.int64)
     K = (N - 2) * (gap.astype(np.int64) - 1)
     if not K.size or K.max() < 2**31:       # one step's denominator: small in practice
@@ -118,7 +120,7 @@ def _constraints_of(tokens, N, x, y, z):
     return Constraints(tokens, N, x, y, z, K, gap)
 
 
-def _from_codes(tokens, N, parts):
+def _from_codes(tokens, N, parts, overlaps):
     """Constraints from lists of triple codes ``(x T + y) T + z`` (sorted, deduplicated
     here, in place: no second copy of the codes)."""
     T = np.int64(len(tokens))
@@ -138,7 +140,7 @@ def _from_codes(tokens, N, parts):
         x[a:a + SLOT_CHUNK], rest = np.divmod(codes[a:a + SLOT_CHUNK], T * T)
         y[a:a + SLOT_CHUNK], z[a:a + SLOT_CHUNK] = np.divmod(rest, T)
     del codes
-    return _constraints_of(tokens, N, x, y, z)
+    return _constraints_of(tokens, N, x, y, z, overlaps)
 
 
 def sorted_unique(a):
@@ -288,7 +290,7 @@ def _slot_constraints(tokens, N, chunks):
             parts.append((x * T + y) * T + z if by_code else np.stack([x, y, z], axis=1))
     del s1
     if by_code:
-        return _from_codes(tokens, N, parts)
+        return _from_codes(tokens, N, parts, overlaps)
     return _finish(tokens, N, np.concatenate(parts) if parts else np.zeros((0, 3), np.int64))
 
 

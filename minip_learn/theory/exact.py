@@ -22,7 +22,7 @@ from math import comb
 import numpy as np
 
 from .._validation import check_binary, check_int
-from ..compact import overlap_words, pack_tokens
+from ..compact import overlap_words, pack_tokens, smallest_int_dtype
 
 __all__ = ["complement_closed_code", "exact_family", "exact_family_size", "exact_seq_len"]
 
@@ -347,13 +347,6 @@ def exact_seq_len(words, *, return_row_sums=False):
     return seq_len, row_sums[np.asarray(inv).reshape(-1)]
 
 
-def _smallest_signed(max_value, min_value):
-    for dt in (np.int8, np.int16, np.int32, np.int64):
-        if np.iinfo(dt).min <= min_value and max_value <= np.iinfo(dt).max:
-            return np.dtype(dt)
-    raise ValueError(f"values up to {max_value} do not fit a 64-bit integer.")
-
-
 def exact_family_size(n_words, *, unique=True):
     """The number of sequences of :func:`exact_family` for a code of ``n_words`` words.
 
@@ -451,8 +444,8 @@ def exact_family(words, seq_len, *, unique=True):
     else:
         per = np.full(n, 2 * n - 1, dtype=np.int64)
     start = np.concatenate([[0], np.cumsum(per)])
-    ids = np.full((int(start[-1]), 3), -1, dtype=_smallest_signed(n - 1, -1))
-    counts = np.zeros(ids.shape, dtype=_smallest_signed(N, 0))
+    ids = np.full((int(start[-1]), 3), -1, dtype=smallest_int_dtype(n - 1, -1))
+    counts = np.zeros(ids.shape, dtype=smallest_int_dtype(N, 0))
     for x in range(n):
         _fill_query(ids[start[x]:start[x + 1]], counts[start[x]:start[x + 1]], x, comp,
                     N, unique)
