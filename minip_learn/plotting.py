@@ -10,7 +10,8 @@
   maps, several heads/layers, nonlinear readouts) against a certified bound.
 * :func:`plot_rank_sandwich` -- rank against the number of bits ``m`` (log axis): the
   band between the certified and the smallest solving rank, the constructive rank, the
-  softmax score dimension and the design bound as a dashed calculation.
+  softmax score dimension and the design bound as a dashed calculation, beside the
+  exact minimum rank of the long-sequence families (:ref:`theory-r9`).
 * :func:`plot_exact` -- the exact minimum rank of the R9 families against ``m`` (log2
   axis, with its fitted growth line) beside the certified rank against the sequence
   length ``N`` (:ref:`theory-r9`).
@@ -436,10 +437,14 @@ def plot_variant_sweep(summary, *, metric="exact_match", certified_min_rank=None
 
 
 @_plot_doc
-def plot_rank_sandwich(summary, *, design=None, ax=None, title=None):
+def plot_rank_sandwich(summary, *, design=None, exact=None, ax=None, title=None):
     """Rank against ``n_bits`` (log axis): the band between the certified and the
-    smallest solving rank, the constructive rank, the softmax score dimension, and the
-    design bound as a dashed calculation.
+    smallest solving rank, the constructive rank, the softmax score dimension, the
+    design bound as a dashed calculation and, when given, the exact minimum rank of
+    the long-sequence families of :ref:`theory-r9`.
+
+    The sandwich's labels name the sequence length of its suites (``length 3: ...``)
+    when the ``suite_params`` of every row give the same ``seq_len``.
 
     Parameters
     ----------
@@ -447,10 +452,16 @@ def plot_rank_sandwich(summary, *, design=None, ax=None, title=None):
         One row per size (the ``summary`` of
         :func:`~minip_learn.experiments.scaling_experiment`): ``n_bits``,
         ``certified_min_rank``, ``smallest_solving_rank``, ``constructive_rank`` and,
-        optionally, ``softmax_score_dim``.
+        optionally, ``softmax_score_dim`` and ``suite_params``.
     design : pandas.DataFrame, default=None
         :func:`~minip_learn.theory.bound_table` output (``n_bits``,
         ``certified_min_rank``), drawn dashed and labelled as a calculation.
+    exact : pandas.DataFrame, default=None
+        The ``summary`` of :func:`~minip_learn.experiments.exact_experiment`
+        (``n_bits``, ``certified_min_rank``, ``exact`` and, optionally, ``seq_len``):
+        its exact rows are drawn as the curve "exact minimum rank, long sequences
+        (R9)", each point marked with its rank and sequence length; rows that are not
+        exact, or have no rank, are left out. None draws no such curve.
     %(axes)s
 
     Examples
@@ -460,9 +471,11 @@ def plot_rank_sandwich(summary, *, design=None, ax=None, title=None):
     >>> summary = pd.DataFrame({"n_bits": [8, 16], "certified_min_rank": [2, 8],
     ...                         "smallest_solving_rank": [2, 30],
     ...                         "constructive_rank": [4, 30], "softmax_score_dim": [8, 16]})
-    >>> ax = plot_rank_sandwich(summary)
-    >>> ax.get_yscale()
-    'log'
+    >>> exact = pd.DataFrame({"n_bits": [8, 12], "certified_min_rank": [14, 80],
+    ...                       "seq_len": [15, 53], "exact": [True, True]})
+    >>> ax = plot_rank_sandwich(summary, exact=exact)
+    >>> ax.get_yscale(), ax.get_lines()[-1].get_label()
+    ('log', 'exact minimum rank, long sequences (R9)')
     """
     import pandas as pd
 
@@ -472,27 +485,67 @@ def plot_rank_sandwich(summary, *, design=None, ax=None, title=None):
     lower = pd.to_numeric(s["certified_min_rank"], errors="coerce").to_numpy(float)
     upper = pd.to_numeric(s["smallest_solving_rank"], errors="coerce").to_numpy(float)
     ok = np.isfinite(upper)
+    n = _suite_seq_len(s)
+    at = "" if n is None else f"length {n}: "
     ax.fill_between(m[ok], lower[ok], upper[ok], color="C0", alpha=0.18, linewidth=0,
-                    label="sandwich: true minimum rank lies here")
-    ax.plot(m, lower, "o-", color="C0", label="certified minimum rank (lower)")
-    ax.plot(m[ok], upper[ok], "s-", color="C3", label="smallest verified solving rank (upper)")
+                    label=f"{at}sandwich, the minimum rank lies here")
+    ax.plot(m, lower, "o-", color="C0", label=f"{at}certified bound (lower)")
+    ax.plot(m[ok], upper[ok], "s-", color="C3",
+            label=f"{at}smallest verified solving rank (upper)")
     # hollow and larger: stays visible where the upper bound equals it
     ax.plot(m, s["constructive_rank"].to_numpy(float), "^:", color="C2", markersize=11,
-            fillstyle="none", label="constructive rank (distinct tokens)")
+            fillstyle="none", label=f"{at}construction, one feature per token")
     if "softmax_score_dim" in s:
         ax.plot(m, s["softmax_score_dim"].to_numpy(float), "d-.", color="C4",
                 label="softmax score dimension (= m)")
     if design is not None and len(design):
         d = design.sort_values("n_bits")
         ax.plot(d["n_bits"], d["certified_min_rank"], "--", color="0.35",
-                label="design bound (calculation, not materialised)")
+                label=f"{at}design bound (calculation, not materialised)")
+    if exact is not None:
+        _plot_exact_curve(ax, exact)
     ax.set_yscale("log", base=2)
     ax.set_xlabel("bits per token m")
-    ax.set_ylabel("feature rank")
-    ax.set_title(title or "Rank needed by nonnegative kernel attention on witness suites")
+    ax.set_ylabel("feature rank (log2)")
+    ax.set_title(title or "Rank needed by nonnegative kernel attention")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left")
+    # every curve rises with m: the lower right corner is free
+    ax.legend(fontsize=8, loc="lower right")
     return ax
+
+
+def _suite_seq_len(summary):
+    """The ``seq_len`` shared by the ``suite_params`` (JSON) of every row; None when a
+    row has none or they differ."""
+    import json
+
+    if "suite_params" not in summary or not len(summary):
+        return None
+    lengths = {json.loads(p).get("seq_len") if isinstance(p, str) else None
+               for p in summary["suite_params"]}
+    return lengths.pop() if len(lengths) == 1 and None not in lengths else None
+
+
+def _plot_exact_curve(ax, exact):
+    """The exact rows of an exact-recipe summary: rank against ``n_bits``, each point
+    marked with its rank and sequence length."""
+    import pandas as pd
+
+    missing = [c for c in ("n_bits", "certified_min_rank", "exact") if c not in exact]
+    if missing:
+        raise ValueError(f"exact has no column {missing[0]!r}; pass the summary of "
+                         "exact_experiment (its summary.csv).")
+    e = exact.sort_values("n_bits")
+    rank = pd.to_numeric(e["certified_min_rank"], errors="coerce").to_numpy(float)
+    ok = np.isfinite(rank) & (rank > 0) & e["exact"].astype(str).isin(["True", "true", "1"])
+    m, r = e["n_bits"].to_numpy(float)[ok], rank[ok]
+    lengths = e["seq_len"].to_numpy()[ok] if "seq_len" in e else [None] * len(m)
+    ax.plot(m, r, "o-", color="k", linewidth=2, markersize=6,
+            label="exact minimum rank, long sequences (R9)")
+    for mi, ri, ni in zip(m, r, lengths):
+        text = f"{int(ri):,}" + ("" if ni is None else f" (N = {int(ni):,})")
+        ax.annotate(text, (mi, ri), textcoords="offset points", xytext=(-6, 4),
+                    ha="right", fontsize=7)
 
 
 def plot_exact(summary, length, *, axes=None, title=None):

@@ -17,6 +17,7 @@ from minip_learn.plotting import (  # noqa: E402
     plot_kernel_heatmap,
     plot_length_transition,
     plot_phase_transition,
+    plot_rank_sandwich,
 )
 
 
@@ -59,6 +60,48 @@ def test_phase_transition_plot(tmp_path):
     assert (tmp_path / "p.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="rank"):
         plot_phase_transition(pd.DataFrame({"solved_fraction": [1.0]}))
+
+
+def _sandwich():
+    params = '{"max_sequences": 20000, "n_bits": %d, "seq_len": 3}'
+    return pd.DataFrame({"n_bits": [8, 12, 16], "certified_min_rank": [2, 4, 8],
+                         "smallest_solving_rank": [2, 4, 30],
+                         "constructive_rank": [4, 8, 30],
+                         "suite_params": [params % m for m in (8, 12, 16)]})
+
+
+@pytest.mark.parametrize("n_rows", [3, 4])
+def test_rank_sandwich_draws_the_exact_curve_beside_the_sandwich(n_rows):
+    # the m = 20 row is not exact: it stays out of the curve
+    exact = pd.DataFrame({"n_bits": [16, 8, 12, 20][:n_rows],
+                          "certified_min_rank": [870, 14, 80, 3000][:n_rows],
+                          "seq_len": [352, 15, 53, 900][:n_rows],
+                          "exact": ["True", "True", "True", "False"][:n_rows]})
+    ax = plot_rank_sandwich(_sandwich(), exact=exact)
+    curves = {ln.get_label(): ln for ln in ax.get_lines()}
+    line = curves.pop("exact minimum rank, long sequences (R9)")
+    assert line.get_xdata().tolist() == [8, 12, 16]
+    assert line.get_ydata().tolist() == [14, 80, 870]
+    assert {a.get_text() for a in ax.texts} == {"14 (N = 15)", "80 (N = 53)", "870 (N = 352)"}
+    # the sandwich names its sequence length, read from suite_params
+    assert {"length 3: certified bound (lower)",
+            "length 3: construction, one feature per token"} <= set(curves)
+    assert ax.get_yscale() == "log"
+    # with every row exact, a fourth size joins the curve
+    exact["exact"] = True
+    ax = plot_rank_sandwich(_sandwich(), exact=exact)
+    line = ax.get_lines()[-1]
+    assert line.get_xdata().tolist() == [8, 12, 16, 20][:n_rows]
+
+
+def test_rank_sandwich_without_exact_summary():
+    ax = plot_rank_sandwich(_sandwich().drop(columns="suite_params"))
+    labels = [ln.get_label() for ln in ax.get_lines()]
+    assert not any("exact" in lab or "R9" in lab for lab in labels) and not ax.texts
+    assert "certified bound (lower)" in labels  # no suite_params: no length named
+    with pytest.raises(ValueError, match="'exact'"):
+        plot_rank_sandwich(_sandwich(), exact=pd.DataFrame(
+            {"n_bits": [8], "certified_min_rank": [14]}))
 
 
 def test_length_transition_plot():

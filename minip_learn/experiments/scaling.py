@@ -23,7 +23,10 @@ solves it:
 beside dense softmax heads with ``m``-dimensional scores (:ref:`theory-r2`), and the
 certified bound of the witness designs continued to large ``m`` as a calculation
 (:func:`~minip_learn.theory.bound_table`). The growth of each rank with ``m`` is fitted
-on a log2 scale (:func:`growth_fit`).
+on a log2 scale (:func:`growth_fit`). The figure also draws the exact minimum rank of
+the long-sequence families of :ref:`theory-r9`, read from the ``summary.csv`` of the
+exact recipe when there is one (:func:`redraw_rank_sandwich` redraws the figure from
+the tables of an output folder, without any fit).
 
 All numbers live in :data:`SETTINGS` (``"quick"`` and ``"full"``, also
 ``minip_learn.experiments.SETTINGS["scaling"]``); keyword arguments of
@@ -32,7 +35,9 @@ All numbers live in :data:`SETTINGS` (``"quick"`` and ``"full"``, also
 
 import json
 import time
+from pathlib import Path
 
+import pandas as pd
 from sklearn.utils import Bunch
 
 from .._validation import distinct_tokens
@@ -53,8 +58,8 @@ from ._scaling_report import (
 from ._scaling_search import construction_route, largest_below, training_route
 from ._shared import Recipe
 
-__all__ = ["SETTINGS", "SUMMARY_COLUMNS", "growth_fit", "scaling_checks",
-           "scaling_experiment"]
+__all__ = ["SETTINGS", "SUMMARY_COLUMNS", "growth_fit", "redraw_rank_sandwich",
+           "scaling_checks", "scaling_experiment"]
 
 #: The recipe's grids and training settings: ``SETTINGS["quick"|"full"]``.
 SETTINGS = {
@@ -97,7 +102,7 @@ SETTINGS = {
 
 
 def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
-                       figures=True, ensemble=True, **settings):
+                       figures=True, ensemble=True, exact=None, **settings):
     """The rank sandwich across ``n_bits``: certified, smallest solving, constructive.
 
     For every size ``m`` in ``sizes``: the witness suite
@@ -142,6 +147,13 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
         Draw ``rank_sandwich`` (:func:`~minip_learn.plotting.plot_rank_sandwich`).
     ensemble : bool, default=True
         Train the seeds of a rank as one batched ensemble (kernel heads only).
+    exact : str, path, pandas.DataFrame or False, default=None
+        The exact minimum rank drawn in the figure beside the sandwich: the
+        ``summary.csv`` of :func:`~minip_learn.experiments.exact_experiment` (a path,
+        read when the figure is drawn) or its ``summary``. None reads
+        ``<out>/../exact/summary.csv`` when that file exists (the folder the exact
+        recipe writes beside this one under ``minip-learn reproduce --out`` and
+        ``minip-learn reproduce docs-artifacts``); False draws no exact curve.
     **settings
         Overrides of the recipe's settings (``SETTINGS["scaling"]``): ``sizes``,
         ``suite`` (keyword arguments of :func:`~minip_learn.datasets.make_witness_suite`
@@ -178,6 +190,7 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
     True
     """
     c0 = time.process_time()
+    exact = _exact_source(exact, out)
     recipe = Recipe("scaling", SETTINGS, quick=quick, out=out, n_jobs=n_jobs,
                     devices=devices, progress=progress, figures=figures, ensemble=ensemble,
                     overrides=settings)
@@ -211,9 +224,7 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
         print(growth_lines(growth), flush=True)
     figs = {}
     if figures:
-        from ..plotting import plot_rank_sandwich
-
-        figs["rank_sandwich"] = plot_rank_sandwich(summary, design=design).figure
+        figs["rank_sandwich"] = _rank_sandwich(summary, design, exact)
     result = recipe.finish(
         Bunch(summary=summary, results=results, growth=growth, design=design,
               markdown=markdown, checks=checks, figures=figs, n_computed=n_computed,
@@ -221,6 +232,80 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
         tables={"growth": growth, "design": design})
     result.cpu_time = time.process_time() - c0
     return result
+
+
+def redraw_rank_sandwich(out, *, exact=None):
+    """Redraw ``rank_sandwich.png`` of a scaling output folder from its tables.
+
+    Reads ``summary.csv`` and ``design.csv`` of ``out`` (and the exact recipe's
+    ``summary.csv``, see ``exact``), draws
+    :func:`~minip_learn.plotting.plot_rank_sandwich` as :func:`scaling_experiment`
+    does, and writes ``out/rank_sandwich.png``; no fit runs and no other file changes.
+
+    Parameters
+    ----------
+    out : str or path
+        An output folder of :func:`scaling_experiment`.
+    exact : str, path, pandas.DataFrame or False, default=None
+        As in :func:`scaling_experiment`: None reads ``<out>/../exact/summary.csv``
+        when it exists.
+
+    Returns
+    -------
+    path : pathlib.Path
+        The figure written.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import pandas as pd
+    >>> from minip_learn.experiments.scaling import redraw_rank_sandwich
+    >>> with tempfile.TemporaryDirectory() as out:
+    ...     pd.DataFrame({"n_bits": [8, 16], "certified_min_rank": [2, 8],
+    ...                   "smallest_solving_rank": [2, 30], "constructive_rank": [4, 30]}
+    ...                  ).to_csv(f"{out}/summary.csv", index=False)
+    ...     pd.DataFrame({"n_bits": [8, 64], "certified_min_rank": [2, 3048]}
+    ...                  ).to_csv(f"{out}/design.csv", index=False)
+    ...     redraw_rank_sandwich(out, exact=False).name
+    'rank_sandwich.png'
+    """
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    exact = _exact_source(exact, out)
+    fig = _rank_sandwich(pd.read_csv(out / "summary.csv"), pd.read_csv(out / "design.csv"),
+                         exact)
+    path = out / "rank_sandwich.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _exact_source(exact, out):
+    """The exact recipe's summary to draw: a DataFrame, a path to its ``summary.csv``
+    (read when the figure is drawn) or None."""
+    if exact is None:
+        found = None if out is None else Path(out).parent / "exact" / "summary.csv"
+        return found if found is not None and found.is_file() else None
+    if exact is False:
+        return None
+    if isinstance(exact, pd.DataFrame):
+        return exact
+    if not isinstance(exact, str | Path):
+        raise ValueError(f"exact must be a path, a DataFrame, None or False; got {exact!r}.")
+    if not Path(exact).is_file():
+        raise ValueError(f"exact: no file {str(exact)!r} (the summary.csv of the exact "
+                         "recipe).")
+    return Path(exact)
+
+
+def _rank_sandwich(summary, design, exact):
+    """The figure of the recipe: the sandwich and, when given, the exact curve."""
+    from ..plotting import plot_rank_sandwich
+
+    if isinstance(exact, Path):
+        exact = pd.read_csv(exact)
+    return plot_rank_sandwich(summary, design=design, exact=exact).figure
 
 
 def _measure_size(recipe, m, design_bound):

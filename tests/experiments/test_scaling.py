@@ -212,6 +212,43 @@ def test_plot_rank_sandwich_labels_the_design_as_a_calculation():
     plt.close(ax.figure)
 
 
+def test_redraw_reads_the_exact_summary_beside_the_folder(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from minip_learn.experiments.scaling import redraw_rank_sandwich
+
+    out = tmp_path / "scaling"
+    out.mkdir()
+    summary, _ = _tables(upper=5)
+    summary.to_csv(out / "summary.csv", index=False)
+    pd.DataFrame({"n_bits": [8, 64], "certified_min_rank": [2, 3048]}).to_csv(
+        out / "design.csv", index=False)
+    drawn = []
+    original = plt.Figure.savefig
+
+    def savefig(fig, path, **kwargs):
+        drawn.append([ln.get_label() for ln in fig.axes[0].get_lines()])
+        return original(fig, path, **kwargs)
+
+    exact_label = "exact minimum rank, long sequences (R9)"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(plt.Figure, "savefig", savefig)
+        # no exact recipe output beside the folder: no exact curve
+        assert redraw_rank_sandwich(out) == out / "rank_sandwich.png"
+        (tmp_path / "exact").mkdir()
+        pd.DataFrame({"n_bits": [8, 12], "certified_min_rank": [14, 80],
+                      "exact": [True, True]}).to_csv(tmp_path / "exact" / "summary.csv",
+                                                     index=False)
+        redraw_rank_sandwich(out)
+        redraw_rank_sandwich(out, exact=False)
+    assert [exact_label in labels for labels in drawn] == [False, True, False]
+    assert (out / "rank_sandwich.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="exact: no file"):
+        redraw_rank_sandwich(out, exact=tmp_path / "missing.csv")
+    with pytest.raises(ValueError, match="exact must be"):
+        scaling_experiment(exact=3, progress=False)
+
+
 def test_unknown_setting():
     with pytest.raises(TypeError, match="unexpected setting"):
         scaling_experiment(sizez=(8,), progress=False)
