@@ -10,6 +10,7 @@ stacks), :mod:`minip_learn.estimators` (scikit-learn estimators),
 from .estimators import (
     KernelAttentionClassifier,
     KernelAttentionRegressor,
+    SequenceMixerRegressor,
     SoftmaxAttentionRegressor,
 )
 
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "KernelAttentionClassifier",
     "KernelAttentionRegressor",
+    "SequenceMixerRegressor",
     "SoftmaxAttentionRegressor",
     "__version__",
 ]

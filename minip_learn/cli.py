@@ -1,4 +1,4 @@
-"""Command line: ``minip-learn reproduce witness|length|ood|beyond|maps|scaling|exact|all``.
+"""Command line: ``minip-learn reproduce witness|length|ood|beyond|maps|scaling|exact|mixers|all``.
 
 ``minip-learn reproduce docs-artifacts [--out docs/_static] [--only NAME ...] [--list]``
 regenerates the recipe outputs committed under ``docs/_static`` (listed in
@@ -6,8 +6,9 @@ regenerates the recipe outputs committed under ``docs/_static`` (listed in
 with.
 
 ``minip-learn certify FAMILY.npy [--out CERT.json]`` prints the certified minimum rank
-of a family and writes its certificate; ``minip-learn verify FAMILY.npy CERT.json``
-checks a certificate independently (exit status 0 valid, 1 rejected, 2 bad file). A
+of a family and writes its certificate (``--query last``: final-query Min-IP, only each
+sequence's final position); ``minip-learn verify FAMILY.npy CERT.json`` checks a
+certificate independently (exit status 0 valid, 1 rejected, 2 bad file). A
 family is an ``.npy`` array of sequences or a compact ``.npz`` family
 (:meth:`minip_learn.compact.CompactFamily.save`); certificates ending in ``.gz`` are
 gzip-compressed.
@@ -133,9 +134,11 @@ def build_parser():
     )
     rep.add_argument("experiment",
                      choices=["witness", "length", "ood", "beyond", "maps", "scaling", "exact",
-                              "all", "docs-artifacts"],
+                              "mixers", "all", "docs-artifacts"],
                      help="witness, length: the paper's experiments; ood, beyond, maps: "
-                          "beyond the paper (docs: results page); scaling: the rank "
+                          "beyond the paper (docs: results page); mixers: sequence "
+                          "mixers (GLA, DeltaNet, SSM ...) against the certified rank "
+                          "on final-query Min-IP; scaling: the rank "
                           "sandwich across n_bits; all: the paper's two (witness, length); "
                           "docs-artifacts: every recipe output committed under "
                           "docs/_static, each with the settings it was made with")
@@ -150,8 +153,8 @@ def build_parser():
     rep.add_argument("--devices", type=_devices, default=None,
                      help="torch devices: cpu, cuda, or a list such as cuda:0,cuda:1")
     rep.add_argument("--ranks", type=_int_list(1, "positive integers"), default=None,
-                     help="override the ranks, e.g. 8,16,64 (scaling searches its ranks "
-                          "itself and refuses the option)")
+                     help="override the ranks, e.g. 8,16,64 (mixers: the state sizes; scaling "
+                          "searches its ranks itself and refuses the option)")
     rep.add_argument("--seeds", type=_int_list(0, "nonnegative integers"), default=None,
                      help="override the kernel seeds, e.g. 0,1,2")
     rep.add_argument("--max-epochs", type=lambda t: _int(t, 1, "a positive integer"),
@@ -185,6 +188,9 @@ def _add_certificate_commands(sub):
     cert.add_argument("family", type=Path, help="the family: a .npy or compact .npz file")
     cert.add_argument("--out", type=Path, default=None,
                       help="certificate file (default: FAMILY.certificate.json)")
+    cert.add_argument("--query", choices=("all", "last"), default="all",
+                      help="'last': final-query Min-IP, only each sequence's final "
+                           "position (default: all)")
     ver = sub.add_parser(
         "verify", help="check a certificate against a family, independently of certify",
         description="Check CERT.json against FAMILY (.npy or compact .npz) with "
@@ -193,6 +199,8 @@ def _add_certificate_commands(sub):
     ver.add_argument("family", type=Path, help="the family: a .npy or compact .npz file")
     ver.add_argument("certificate", type=Path,
                      help="the certificate: a JSON file (.json.gz: gzip-compressed)")
+    ver.add_argument("--query", choices=("all", "last"), default=None,
+                     help="'last': final-query Min-IP (default: the certificate's own)")
 
 
 def _load_family(path):
@@ -240,7 +248,7 @@ def _certificate_command(args):
     try:
         X = _load_family(args.family)
         if args.command == "certify":
-            rank, cert = certify(X, return_certificate=True)
+            rank, cert = certify(X, query=args.query, return_certificate=True)
             out = args.out or args.family.with_suffix(".certificate.json")
             _write_text(out, cert.to_json())
             print(cert.summary())
@@ -249,7 +257,7 @@ def _certificate_command(args):
         if not args.certificate.is_file():
             raise ValueError(f"certificate file {args.certificate} does not exist.")
         cert = Certificate.from_json(_read_text(args.certificate))
-        verify_certificate(cert, X)
+        verify_certificate(cert, X, query=args.query)
     except ValueError as exc:
         if args.command == "verify" and str(exc).startswith("certificate rejected"):
             print(f"INVALID: {exc}")
@@ -272,10 +280,14 @@ def _run(args, name):
         kwargs["ensemble"] = args.ensemble
     if name == "scaling":
         kwargs.pop("ranks")
+    if name == "mixers":  # the mixers' ranks are their state sizes
+        kwargs["state_sizes"] = kwargs.pop("ranks")
     if args.max_epochs is not None:
         kwargs["kernel"] = {"max_epochs": args.max_epochs}
         if name in ("witness", "ood", "scaling"):
             kwargs["softmax"] = {"max_epochs": args.max_epochs}
+        if name == "mixers":
+            kwargs["mixer"] = kwargs.pop("kernel")
         if name == "maps":
             kwargs["ood_kernel"] = {"max_epochs": args.max_epochs}
         if name == "beyond":

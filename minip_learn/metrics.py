@@ -1,8 +1,11 @@
 """Metrics for Min-IP under the "error strictly below 1/2" criterion (THEORY §1).
 
-All metrics take ``y_true`` and ``y_pred`` of shape ``(n_samples, seq_len)`` (1-D arrays
-are read as single-token sequences). A position is *correct* when
-``|y_pred - y_true| < 1/2``, so that rounding recovers the integer target.
+All metrics take ``y_true`` and ``y_pred`` of shape ``(n_samples, seq_len)``, or of
+shape ``(n_samples,)``: one target per sequence (final-query Min-IP, where only the last
+token's target is asked for, or single-token sequences), so that a sequence is correct
+when its one target is, and token accuracy and exact match agree. A position is
+*correct* when ``|y_pred - y_true| < 1/2``, so that rounding recovers the integer
+target.
 """
 
 import numpy as np
@@ -34,7 +37,8 @@ def _errors(y_true, y_pred):
     if y_true.ndim == 1:
         y_true, y_pred = y_true[:, None], y_pred[:, None]
     if y_true.ndim != 2:
-        raise ValueError(f"expected targets of shape (n_samples, seq_len); got {y_true.shape}.")
+        raise ValueError(f"expected targets of shape (n_samples, seq_len) or (n_samples,); "
+                         f"got {y_true.shape}.")
     err = np.abs(y_pred - y_true)
     return np.where(np.isnan(err), np.inf, err)
 
@@ -59,6 +63,8 @@ def sequence_exact_match(y_true, y_pred):
     >>> from minip_learn.metrics import sequence_exact_match
     >>> sequence_exact_match([[1, 2], [0, 0]], [[1.2, 2.6], [0.1, -0.3]])
     0.5
+    >>> sequence_exact_match([2, 0, 1], [2.4, 0.6, 1.0])    # one target per sequence
+    0.6666666666666666
     """
     return float((_errors(y_true, y_pred) < TOLERANCE).all(axis=1).mean())
 
@@ -103,7 +109,9 @@ def verify_solver(estimator, X, y):
     estimator : fitted estimator
         A regressor with ``predict`` (e.g. loaded with :func:`joblib.load`).
     X : array-like of shape (n_samples, seq_len, n_bits)
-    y : array-like of shape (n_samples, seq_len)
+    y : array-like of shape (n_samples, seq_len) or (n_samples,)
+        Targets; (n_samples,) for final-query targets (the estimator then predicts
+        one value per sequence).
 
     Returns
     -------

@@ -34,26 +34,51 @@ def token_overlaps(X, chunk=1 << 16):
     return out
 
 
-def minip_targets(X):
+QUERY_MODES = ("all", "last")
+
+
+def check_query(query):
+    """``query`` validated: ``"all"`` (a target at every position) or ``"last"`` (one
+    target per sequence, at its final position)."""
+    if not isinstance(query, str) or query not in QUERY_MODES:
+        raise ValueError(f"query must be one of {list(QUERY_MODES)}; got {query!r}.")
+    return query
+
+
+def last_slots(token_ids):
+    """Column of the last real slot of every row of compact ``token_ids`` (the slot
+    whose token is the final position of the materialised sequence)."""
+    real = np.asarray(token_ids) >= 0
+    return real.shape[1] - 1 - np.argmax(real[:, ::-1], axis=1)
+
+
+def minip_targets(X, *, query="all"):
     """Exact Min-IP targets ``t_i = min_j <x_i, x_j>``.
 
     Parameters
     ----------
     X : array-like of shape (n_samples, seq_len, n_bits) or CompactFamily
         Binary (0/1) token sequences, or a family in multiset form.
+    query : {"all", "last"}, default="all"
+        ``"all"``: the target of every position. ``"last"``: final-query Min-IP, one
+        target per sequence, that of its final token ``min_j <x_N, x_j>`` (``j``
+        over every position, ``N`` included).
 
     Returns
     -------
-    y : ndarray of shape (n_samples, seq_len), dtype int64
+    y : ndarray of shape (n_samples, seq_len) or (n_samples,), dtype int64
         ``y[s, i] = min_j <X[s, i], X[s, j]>`` with ``j = i`` included, so that a
-        length-1 sequence gets ``|x_1|``. For a
-        :class:`~minip_learn.compact.CompactFamily`, shape (n_samples, n_slots): the
-        target of every slot (0 at padding), computed without materialising ``X``.
+        length-1 sequence gets ``|x_1|``; with ``query="last"`` only ``y[s, -1]``,
+        shape (n_samples,). For a :class:`~minip_learn.compact.CompactFamily` and
+        ``query="all"``, shape (n_samples, n_slots): the target of every slot (0 at
+        padding), computed without materialising ``X``; with ``query="last"`` the
+        target of the last real slot (the final token of the materialised sequence).
 
     Raises
     ------
     ValueError
-        If ``X`` is not 3-D, is empty, or contains values other than 0 and 1.
+        If ``X`` is not 3-D, is empty, or contains values other than 0 and 1; if
+        ``query`` is not ``"all"`` or ``"last"``.
 
     Examples
     --------
@@ -64,11 +89,28 @@ def minip_targets(X):
     array([[1, 1, 1]])
     >>> minip_targets(np.array([[[1, 0, 1]]]))
     array([[2]])
+    >>> minip_targets(np.array([[[1, 1, 0], [0, 1, 1], [1, 1, 1]]]), query="last")
+    array([2])
     """
+    query = check_query(query)
     if is_compact(X):
-        return X.targets()
+        t = X.targets()
+        return t if query == "all" else t[np.arange(len(t)), last_slots(X.token_ids)]
     X, _ = check_sequences(X, binary=True)
+    if query == "last":
+        return last_targets(X)
     return token_overlaps(X).min(axis=2)
+
+
+def last_targets(X):
+    """``min_j <x_N, x_j>`` of validated sequences (n_samples,), in chunks of about
+    ``2^22`` entries."""
+    out = np.empty(len(X), dtype=np.int64)
+    chunk = max(1, (1 << 22) // max(1, X.shape[1] * X.shape[2]))
+    for a in range(0, len(X), chunk):
+        Xc = X[a:a + chunk].astype(np.int64)
+        out[a:a + chunk] = (Xc * Xc[:, -1:, :]).sum(axis=2).min(axis=1)
+    return out
 
 
 def minip_gaps(X):
@@ -132,10 +174,31 @@ Random Min-IP sequences
 -----------------------
 Each sample is a sequence of ``seq_len`` tokens in {{0,1}}^{n_bits}; each bit is 1 with
 probability ``density``. The target at position i is ``min_j <x_i, x_j>`` (j = i
-included). Sampling: {n_samples} sequences, seq_len={seq_len}, n_bits={n_bits},
+included); query={query}: {query_text}. Sampling: {n_samples} sequences, seq_len={seq_len}, n_bits={n_bits},
 density={density}, min_gap={min_gap}, distinct_tokens={distinct_tokens},
 unique={unique}; {n_drawn} candidate sequences were drawn to accept them.
 """
+
+
+def _keep(X, min_gap, distinct_tokens, query):
+    """Which drawn sequences meet ``min_gap`` (at the final position only with
+    ``query="last"``) and ``distinct_tokens``."""
+    n, seq_len = X.shape[0], X.shape[1]
+    keep = np.ones(n, dtype=bool)
+    if min_gap > 0 or distinct_tokens:
+        G = token_overlaps(X)
+        if min_gap > 0:
+            gaps = pairwise_gaps(G)
+            if query == "last":
+                gaps = gaps[:, -1:]
+            keep &= (gaps >= min_gap).all(axis=1)
+        if distinct_tokens and seq_len > 1:
+            # two tokens are equal iff <a,b> = |a| = |b|
+            norms = np.diagonal(G, axis1=1, axis2=2)
+            same = (G == norms[:, :, None]) & (G == norms[:, None, :])
+            same[:, np.arange(seq_len), np.arange(seq_len)] = False
+            keep &= ~same.any(axis=(1, 2))
+    return keep
 
 
 def make_minip(
@@ -148,6 +211,7 @@ def make_minip(
     distinct_tokens=False,
     unique=False,
     max_draws=None,
+    query="all",
     random_state=None,
     return_X_y=True,
 ):
@@ -168,6 +232,7 @@ def make_minip(
         second-smallest overlaps with the other tokens differ by at least ``min_gap``
         (see :func:`minip_gaps`). ``min_gap=2`` asks for the hard "two competing
         candidates" case of the lower bound. Needs ``seq_len >= 3`` when positive.
+        With ``query="last"`` only the final position (the query) must have the gap.
     distinct_tokens : bool, default=False
         Reject sequences in which a token appears twice.
     unique : bool, default=False
@@ -176,6 +241,11 @@ def make_minip(
         Maximum number of candidate sequences drawn by rejection sampling
         (default ``2000 * n_samples + 100000``). A ``ValueError`` is raised if fewer
         than ``n_samples`` are accepted by then.
+    query : {"all", "last"}, default="all"
+        ``"all"``: a target at every position. ``"last"``: final-query Min-IP, the
+        query token is the last of each sequence and its single target is
+        ``min_j <x_N, x_j>``. With ``min_gap=0`` the sequences do not depend on
+        ``query`` and ``y`` of ``"last"`` is the last column of ``y`` of ``"all"``.
     random_state : int, RandomState instance or None, default=None
         Determines the random tokens. Pass an int for reproducible output.
     return_X_y : bool, default=True
@@ -185,12 +255,13 @@ def make_minip(
     -------
     X : ndarray of shape (n_samples, seq_len, n_bits), dtype uint8
         The token sequences.
-    y : ndarray of shape (n_samples, seq_len), dtype int64
-        Exact Min-IP targets.
+    y : ndarray of shape (n_samples, seq_len) or (n_samples,), dtype int64
+        Exact Min-IP targets; with ``query="last"`` the target of the final
+        position only, shape (n_samples,).
     data : :class:`~sklearn.utils.Bunch`
-        Only when ``return_X_y=False``: ``X``, ``y``, ``gaps`` (per-position gaps, or
-        None for ``seq_len < 3``), ``params`` (the generation parameters),
-        ``n_drawn`` and ``DESCR``.
+        Only when ``return_X_y=False``: ``X``, ``y``, ``gaps`` (per-position gaps,
+        shape like ``y``, or None for ``seq_len < 3``), ``query``, ``params`` (the
+        generation parameters), ``n_drawn`` and ``DESCR``.
 
     Examples
     --------
@@ -200,6 +271,9 @@ def make_minip(
     ((5, 3, 8), (5, 3), dtype('uint8'))
     >>> bool((minip_gaps(X) >= 2).all())
     True
+    >>> X, y = make_minip(5, seq_len=4, n_bits=8, query="last", random_state=0)
+    >>> X.shape, y.shape
+    ((5, 4, 8), (5,))
     """
     n_samples = check_int(n_samples, "n_samples", min_value=1)
     seq_len = check_int(seq_len, "seq_len", min_value=1)
@@ -212,6 +286,7 @@ def make_minip(
     if max_draws is None:
         max_draws = 2000 * n_samples + 100_000
     max_draws = check_int(max_draws, "max_draws", min_value=1)
+    query = check_query(query)
     rng = check_random_state(random_state)
 
     accepted, n_accepted, n_drawn = [], 0, 0
@@ -221,18 +296,7 @@ def make_minip(
         size = min(batch, max_draws - n_drawn)
         X = (rng.random_sample((size, seq_len, n_bits)) < density).astype(np.uint8)
         n_drawn += size
-        keep = np.ones(size, dtype=bool)
-        if min_gap > 0 or distinct_tokens:
-            G = token_overlaps(X)
-            if min_gap > 0:
-                keep &= (pairwise_gaps(G) >= min_gap).all(axis=1)
-            if distinct_tokens and seq_len > 1:
-                # two tokens are equal iff <a,b> = |a| = |b|
-                norms = np.diagonal(G, axis1=1, axis2=2)
-                same = (G == norms[:, :, None]) & (G == norms[:, None, :])
-                same[:, np.arange(seq_len), np.arange(seq_len)] = False
-                keep &= ~same.any(axis=(1, 2))
-        X = X[keep]
+        X = X[_keep(X, min_gap, distinct_tokens, query)]
         if unique and len(X):
             rows = []
             for x in X:
@@ -253,19 +317,25 @@ def make_minip(
             f"{n_drawn} draws; relax them, change density, or raise max_draws."
         )
     X = np.concatenate(accepted)[:n_samples]
-    y = token_overlaps(X).min(axis=2)
+    y = last_targets(X) if query == "last" else token_overlaps(X).min(axis=2)
     if return_X_y:
         return X, y
     params = dict(
         n_samples=n_samples, seq_len=seq_len, n_bits=n_bits, density=density,
         min_gap=min_gap, distinct_tokens=bool(distinct_tokens), unique=bool(unique),
-        random_state=seed_param(random_state),
+        query=query, random_state=seed_param(random_state),
     )
+    gaps = pairwise_gaps(token_overlaps(X)) if seq_len >= 3 else None
+    if gaps is not None and query == "last":
+        gaps = gaps[:, -1]
+    query_text = ("one target per sequence, at its last token" if query == "last"
+                  else "a target at every position")
     return Bunch(
         X=X,
         y=y,
-        gaps=pairwise_gaps(token_overlaps(X)) if seq_len >= 3 else None,
+        gaps=gaps,
+        query=query,
         params=params,
         n_drawn=n_drawn,
-        DESCR=_DESCR.format(n_drawn=n_drawn, **params),
+        DESCR=_DESCR.format(n_drawn=n_drawn, query_text=query_text, **params),
     )

@@ -29,7 +29,7 @@ from ..theory import (
     witness_family,
 )
 from ..theory.design import LADDER_GAPS
-from ._minip import seed_param
+from ._minip import check_query, last_slots, seed_param
 
 __all__ = ["make_witness_suite"]
 
@@ -51,8 +51,12 @@ R4 (theory page) bounds alpha(x_i, k_j)/alpha(x_i, k_i) by a product of 1/((N-2)
 each chain, and R5 turns the approximate identity into a rank bound:
 every nonnegative kernel head that solves all sequences has rank >= {certified_min_rank}
 (recomputed from the sequences by minip_learn.theory.certify; the design predicts
-{design_bound}). Rank {constructive_rank} (one feature per token, R3 of the theory page) solves it.
+{design_bound}). Rank {constructive_rank} (one feature per token, R3 of the theory page) solves it.{query_text}
 """
+
+_FINAL_QUERY_TEXT = """
+Final-query form: in every sequence the query x_i is the last token and the sequence's
+single target is that of x_i; the certificate uses only these final positions."""
 
 
 class _Design:
@@ -165,6 +169,7 @@ def make_witness_suite(
     max_sequences=5000,
     n_queries=None,
     ladder_gap="auto",
+    query="all",
     random_state=None,
 ):
     """Load a witness suite: Min-IP sequences that force a large kernel rank (:ref:`theory-r6`).
@@ -220,6 +225,17 @@ def make_witness_suite(
     ladder_gap : "auto", None or int, default="auto"
         Overlap gap of the ladder steps (``>= 2``); None uses single steps only;
         ``"auto"`` picks the best (ties: the smaller family).
+    query : {"all", "last"}, default="all"
+        ``"last"``: final-query Min-IP. Every sequence ``(x_i, a, b, ..., b)`` is
+        rewritten with its query ``x_i`` (the design's, whatever the order of the
+        slots) last: ``(a, b, ..., b, x_i)``; ``y`` is the target of that final token
+        only, and the certificate is computed with ``certify(..., query="last")``.
+        The family is always materialised, and a ``ValueError`` is raised when ``X``
+        would take more than :data:`~minip_learn.compact.MATERIALIZE_MAX_BYTES`. For
+        ``construction="exact"`` the sequences that the multiset form shares between
+        two queries are listed once per query (``n (2n - 1)`` sequences,
+        :func:`~minip_learn.theory.exact_family` with ``unique=False``), and
+        ``max_sequences`` bounds that number.
     random_state : int, RandomState instance or None, default=None
         None gives the canonical family (the first words, sequences in construction
         order). Otherwise the code words are shuffled before the first ones are taken
@@ -242,12 +258,18 @@ def make_witness_suite(
         distinct tokens); ``certificate``; ``construction`` (the one used);
         ``params`` (``make_witness_suite(**params)`` rebuilds the family);
         ``exact_min_rank`` (the minimum rank when the certified rank equals the
-        constructive rank, else None); ``DESCR``.
+        constructive rank, else None); ``query``; ``DESCR``. With ``query="last"``:
+        ``X`` (n_sequences, seq_len, n_bits) with every query last, ``y``
+        (n_sequences,) the target of the final token, and ``family`` the same
+        sequences in multiset form with the query in the last real slot (so that
+        ``family.to_sequences()`` is ``X``); ``params`` then holds ``query``.
 
     Raises
     ------
     ValueError
-        On invalid arguments, or when no construction fits ``max_sequences``.
+        On invalid arguments, or when no construction fits ``max_sequences``, or
+        with ``query="last"`` when ``X`` would be larger than
+        :data:`~minip_learn.compact.MATERIALIZE_MAX_BYTES`.
 
     Examples
     --------
@@ -258,11 +280,16 @@ def make_witness_suite(
     >>> small = make_witness_suite(construction="small")
     >>> len(small.X), small.certified_min_rank
     (190, 8)
+    >>> last = make_witness_suite(query="last")
+    >>> last.X.shape, last.y.shape, last.certified_min_rank
+    ((4186, 3, 24), (4186,), 17)
     """
     n_bits, seq_len, max_sequences, n_queries, ladder_gap, rng = _check_suite_params(
         n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap, random_state)
+    query = check_query(query)
     if construction == "exact":
-        return _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state)
+        return _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state,
+                            query)
     seq_len = 3 if seq_len is None else seq_len
     # the candidate designs are not kept: the other codes' matrices can be large
     design_bound, d, n = _choose_design(
@@ -270,21 +297,27 @@ def make_witness_suite(
         construction, n_bits, seq_len, max_sequences, n_queries)
     words = d.words[:n]
     steps = d.steps[:n, :n]
+    if query == "last":
+        _check_materializable(d.size(n), seq_len, n_bits)
     family = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps,
                             compact=True)
     if rng is not None:
         family = family[rng.permutation(len(family))]
-    rank, cert = certify(family, return_certificate=True)
+    if query == "last":
+        family = _query_last(family)
+    rank, cert = certify(family, query=query, return_certificate=True)
     params = dict(
         n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
         n_queries=int(n), ladder_gap=d.ladder_gap,
         ladder_steps=int(steps.max(initial=0)), max_sequences=max_sequences,
         random_state=seed_param(random_state),
     )
+    if query == "last":
+        params["query"] = query
     off = ~np.eye(n, dtype=bool)
     min_distance = int(d.dist[:n, :n][off].min()) if n > 1 else 0
     return _suite_bunch(family, d.name, d.code_desc, min_distance, words, rank, cert,
-                        design_bound, params)
+                        design_bound, params, query)
 
 
 def _check_suite_params(n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap,
@@ -359,16 +392,43 @@ def _choose_design(designs, construction, n_bits, seq_len, max_sequences, n_quer
     return design_bound, d, n
 
 
+def _check_materializable(n_sequences, seq_len, n_bits):
+    """The ``ValueError`` of a final-query family too large to materialise."""
+    nbytes = int(n_sequences) * int(seq_len) * int(n_bits)
+    if nbytes > MATERIALIZE_MAX_BYTES:
+        raise ValueError(
+            f'query="last" families are materialised, and this one would take {nbytes} '
+            f"bytes ({n_sequences} sequences of length {seq_len} over {n_bits} bits), more "
+            f"than MATERIALIZE_MAX_BYTES={MATERIALIZE_MAX_BYTES}; lower max_sequences, "
+            "n_queries or seq_len.")
+
+
+def _query_last(family):
+    """The family with each row's query (slot 0, the design's query) moved to the last
+    real slot: materialised, every sequence ends with its query."""
+    ids, cnt = family.token_ids, family.counts
+    k = ids.shape[1]
+    r = (ids >= 0).sum(axis=1, keepdims=True)          # real slots, padding after them
+    j = np.arange(k)[None, :]
+    src = np.where(j < r - 1, j + 1, np.where(j == r - 1, 0, j))
+    return CompactFamily(family.tokens, np.take_along_axis(ids, src, axis=1),
+                         np.take_along_axis(cnt, src, axis=1))
+
+
 def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, design_bound,
-                 params):
+                 params, query="all"):
     """The :class:`~sklearn.utils.Bunch` returned by :func:`make_witness_suite`."""
     tokens = family.tokens   # the distinct tokens, np.unique order
     n = len(words)
     X = family.to_sequences() if family.materialized_nbytes <= MATERIALIZE_MAX_BYTES else None
     slot_targets = family.targets()
+    if query == "last":
+        y = slot_targets[np.arange(len(family)), last_slots(family.token_ids)]
+    else:
+        y = None if X is None else family.expand(slot_targets)
     return Bunch(
         X=X,
-        y=None if X is None else family.expand(slot_targets),
+        y=y,
         family=family,
         token_ids=family.token_ids,
         counts=family.counts,
@@ -382,6 +442,7 @@ def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, desig
         exact_min_rank=int(rank) if rank == len(tokens) else None,
         certificate=cert,
         construction=name,
+        query=query,
         params=params,
         DESCR=_DESCR.format(
             construction=name, n_sequences=len(family), seq_len=params["seq_len"],
@@ -390,12 +451,15 @@ def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, desig
             ladder_gap=params["ladder_gap"], ladder_steps=params["ladder_steps"],
             certified_min_rank=int(rank), design_bound=int(design_bound),
             constructive_rank=len(tokens),
+            query_text=_FINAL_QUERY_TEXT if query == "last" else "",
         ),
     )
 
 
-def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state):
-    """The witness suite of ``construction="exact"`` (:ref:`theory-r9`)."""
+def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, query="all"):
+    """The witness suite of ``construction="exact"`` (:ref:`theory-r9`); with
+    ``query="last"`` every query's R4 sequences are listed (``unique=False``), each
+    with its query last."""
     if n_bits % 2:
         raise ValueError(f'construction="exact" needs an even n_bits (words of weight '
                          f"n_bits/2 with their complements); got n_bits={n_bits}.")
@@ -403,29 +467,35 @@ def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state):
     if rng is not None:            # shuffle whole complement pairs: prefixes stay closed
         pairs = rng.permutation(len(code) // 2)
         code = code[np.stack([2 * pairs, 2 * pairs + 1], axis=1).ravel()]
+    unique = query == "all"    # final-query: a shared multiset serves one query only
     if n_queries is None:
         n = len(code)
-        while n > 2 and exact_family_size(n) > max_sequences:
+        while n > 2 and exact_family_size(n, unique=unique) > max_sequences:
             n -= 2
     else:
         if n_queries % 2 or n_queries > len(code):
             raise ValueError(f'construction="exact" takes an even n_queries of at most '
                              f"{len(code)} (words come in complement pairs); got {n_queries}.")
         n = n_queries
-    if exact_family_size(n) > max_sequences:
+    size = exact_family_size(n, unique=unique)
+    if size > max_sequences:
         raise ValueError(f'no "exact" witness suite with n_bits={n_bits} fits '
                          f"max_sequences={max_sequences}: {n} words need "
-                         f"{exact_family_size(n)} sequences.")
+                         f"{size} sequences.")
     words = code[:n]
     exact_len = exact_seq_len(words)
     N = exact_len if seq_len is None else seq_len
+    if query == "last":
+        _check_materializable(size, N, n_bits)
     tokens, inv = distinct_tokens(words, return_inverse=True)     # np.unique order
-    ids, counts = exact_family(words, N)
+    ids, counts = exact_family(words, N, unique=unique)
     ids = np.where(ids >= 0, inv.astype(ids.dtype)[np.maximum(ids, 0)], -1).astype(ids.dtype)
     family = CompactFamily(tokens, ids, counts)
     if rng is not None:
         family = family[rng.permutation(len(family))]
-    rank, cert = certify(family, return_certificate=True)
+    if query == "last":
+        family = _query_last(family)
+    rank, cert = certify(family, query=query, return_certificate=True)
     # the design: strictly diagonally dominant from exact_seq_len on, else R5 on the
     # single-step denominators (N-2)(D-1)
     design_bound = n if N >= exact_len else design_rank(witness_denominators(words, N)[0])
@@ -435,5 +505,7 @@ def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state):
         n_queries=int(n), ladder_gap=None, ladder_steps=0, max_sequences=max_sequences,
         random_state=seed_param(random_state),
     )
+    if query == "last":
+        params["query"] = query
     return _suite_bunch(family, "exact", params["code"], 2, words, rank, cert, design_bound,
-                        params)
+                        params, query)

@@ -1,4 +1,5 @@
-"""scikit-learn estimators for single attention heads, trained through skorch.
+"""scikit-learn estimators for single attention heads and sequence mixers, trained
+through skorch.
 
 The estimators are thin: ``__init__`` stores friendly hyperparameters (``rank=``,
 ``feature_map=``, ``score_dim=`` ...); ``fit`` checks them and the data once and
@@ -31,11 +32,13 @@ pickle/joblib for a complete round trip.
 from ._base import PREDICT_CHUNK_BYTES
 from .classifier import KernelAttentionClassifier
 from .kernel import KernelAttentionRegressor
+from .mixer import SequenceMixerRegressor
 from .softmax import SoftmaxAttentionRegressor
 
 __all__ = [
     "PREDICT_CHUNK_BYTES",
     "KernelAttentionClassifier",
     "KernelAttentionRegressor",
+    "SequenceMixerRegressor",
     "SoftmaxAttentionRegressor",
 ]

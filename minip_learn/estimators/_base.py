@@ -14,6 +14,13 @@ Every method that takes ``X`` also takes a family in multiset form
 slot and their multiplicities (``forward(x, counts=counts)``), never the materialised
 ``(n, N, n_bits)`` sequences, and targets and predictions are per slot, shape
 ``(n_sequences, n_slots)``, aligned with its ``token_ids`` (0 at padding).
+
+Final-query targets: for 3-D ``X`` of shape ``(n, N, n_bits)`` a ``y`` of shape ``(n,)``
+holds one target per sequence, for the output at its last position (the query token
+last). The training loss reads that position only, the fitted estimator records
+``query_ = "last"`` (else ``"all"``), ``predict`` then returns one output per sequence
+and ``score`` is the fraction of sequences within 1/2 of their target. Their order
+decides the last position, so they need materialised sequences.
 """
 
 import copy
@@ -105,6 +112,37 @@ class _Inputs(NamedTuple):
         return None if self.counts is None else self.counts == 0
 
 
+def final_query_error(family, y):
+    """The ValueError for final-query targets ``y`` with a compact ``family``: a
+    multiset has no last position."""
+    return ValueError(
+        f"y has shape {np.shape(y)}: final-query targets need materialised sequences: a "
+        "y of shape (n_sequences,) is one target per sequence at its last position, "
+        "which a CompactFamily (a multiset, without order) does not have; pass the "
+        "ordered sequences, X of shape (n_sequences, seq_len, n_bits), or for a "
+        "CompactFamily X one target per slot, expected "
+        f"{(family.n_sequences, family.n_slots)} (n_sequences, n_slots).")
+
+
+def _target_query(X, data, y):
+    """``"last"`` for final-query targets (3-D ``X``, ``y`` of shape ``(n,)``), else
+    ``"all"``."""
+    if data.was_2d or np.ndim(y) != 1:
+        return "all"
+    if data.counts is not None:
+        raise final_query_error(X, y)
+    return "last"
+
+
+def _check_final_minip(X, y):
+    """:func:`~minip_learn._validation.check_minip_targets` of final-query targets
+    ``y`` (n,): the last position's target is the only one given."""
+    Xf = X.astype(np.float64, copy=False)
+    full = np.rint(np.matmul(Xf, Xf.transpose(0, 2, 1))).min(axis=2)
+    full[:, -1] = y
+    check_minip_targets(X, full)
+
+
 def _compact_targets(y, family, fill):
     """Targets ``y`` of a compact ``family``, one per slot: shape-checked, padding set
     to ``fill`` (``"slot0"``: the target of the sequence's first slot)."""
@@ -162,7 +200,12 @@ class AttentionEstimator(BaseEstimator):
         raise NotImplementedError
 
     def _encode_targets(self, X, y, was_2d, check_minip):
-        """Training targets as a float array and the fitted attributes they give."""
+        """Training targets as a float array and the fitted attributes they give.
+
+        Final-query targets reach this hook as the targets of single-token sequences:
+        the last token of every sequence as ``X`` of shape ``(n, 1, n_bits)``, with
+        ``was_2d=True`` and ``check_minip=False`` (the base checks them).
+        """
         y2 = check_targets(y, X.shape[0], X.shape[1], was_2d=was_2d, stacklevel=5)
         if check_minip:
             check_minip_targets(X, y2)
@@ -204,11 +247,19 @@ class AttentionEstimator(BaseEstimator):
                 f"{type(self).__name__} requires y to be passed, but the target y is None."
             )
         data = self._validate_X(X, reset=True)
+        query = _target_query(X, data, y)
+        if query == "last":
+            tokens = data.tokens
+            y2, fitted = self._encode_targets(tokens[:, -1:], y, True, False)
+            if check_minip:
+                _check_final_minip(tokens, check_targets(y, len(tokens), 1, was_2d=True,
+                                                         stacklevel=5)[:, 0])
+            return data, y2.reshape(-1), {**fitted, "query_": query}
         if data.counts is not None:
             # padding holds no target: it mirrors the first slot, whose token it repeats
             y = _compact_targets(y, X, "slot0")
         y2, fitted = self._encode_targets(data.tokens, y, data.was_2d, check_minip)
-        return data, y2, fitted
+        return data, y2, {**fitted, "query_": query}
 
     @staticmethod
     def _training_args(checked):
@@ -219,15 +270,17 @@ class AttentionEstimator(BaseEstimator):
                                         "verbose")}
 
     # -- training ------------------------------------------------------------------
-    def _train(self, data, y2, members, checked, *, batched, progress=False):
+    def _train(self, data, y2, members, checked, *, batched, query="all", progress=False):
         """Train ``members`` ``(module_params, random_state)`` as one stack on the
-        validated ``data`` (:class:`_Inputs`)."""
+        validated ``data`` (:class:`_Inputs`); ``query="last"``: ``y2`` holds
+        final-query targets."""
         dtype, device = checked["dtype"], checked["device"]
         counts = None if data.counts is None else _to_tensor(data.counts, dtype, device)
         return train_members(
             self._module_class(members[0][0]), members,
             _to_tensor(data.tokens, dtype, device), _to_tensor(y2, dtype, device),
-            counts=counts, criterion=self._criterion, error=self._error, n_init=checked["n_init"],
+            counts=counts, query=query, criterion=self._criterion, error=self._error,
+            n_init=checked["n_init"],
             batched_restarts=batched, stop_tolerance=checked["stop_tolerance"],
             split_every=checked.get("split_every"), progress=progress,
             **self._training_args(checked))
@@ -248,7 +301,10 @@ or CompactFamily
 n_slots)
             Finite real targets, one per token (e.g.
             :func:`~minip_learn.datasets.minip_targets`); for a compact ``X``, one per
-            slot, aligned with its ``token_ids`` (padding entries are ignored).
+            slot, aligned with its ``token_ids`` (padding entries are ignored). For 3-D
+            ``X``, shape ``(n_samples,)`` means final-query targets: one per sequence,
+            for the output at its last position, the only position the loss reads
+            (``query_ = "last"``; e.g. ``make_minip(..., query="last")``).
         check_minip : bool, default=False
             Also require Min-IP data: 0/1 tokens and ``y`` equal to the exact Min-IP
             targets of ``X`` (integers in ``0..n_bits``); negative, fractional or wrong
@@ -264,7 +320,7 @@ n_slots)
         checked = self._check_params()
         module_params = self._module_params(data.tokens, checked, fitted)
         res = self._train(data, y2, [(module_params, self.random_state)], checked,
-                          batched=False)
+                          batched=False, query=fitted["query_"])
         # Everything fitted is set together, after training: a fit that raises leaves
         # the estimator as it was (unfitted, or fitted by the previous call).
         return self._set_fitted_state(res.members[0], data, module_params, fitted)
@@ -343,7 +399,8 @@ n_slots)
                 f"{type(self).__name__} {reason} is fitted one by one (ensemble=False); "
                 "several members train as one stack only for single heads with an "
                 "affine readout.")
-        res = self._train(data, y2, members, checked, batched=True, progress=progress)
+        res = self._train(data, y2, members, checked, batched=True,
+                          query=fitted["query_"], progress=progress)
         tokens = distinct_tokens(X3.reshape(-1, X3.shape[2]))  # once for every member
         for est, member, (module_params, _) in zip(ests, res.members, members):
             est._set_fitted_state(member, data, module_params, fitted, tokens=tokens)
@@ -421,6 +478,7 @@ n_slots)
         self.n_bits_ = self.n_features_in_ = module.n_bits
         self.seq_len_ = None
         self.n_epochs_ = 0
+        self.query_ = "all"
         return self
 
     # -- prediction ------------------------------------------------------------------
@@ -430,6 +488,13 @@ n_slots)
         check_is_fitted(self, "net_")
         data = self._validate_X(X, reset=False)
         X3, was_2d, counts = data.tokens, data.was_2d, data.counts
+        final = self._final_query()
+        if final and counts is not None:
+            raise ValueError(
+                f"{type(self).__name__} was fitted on final-query targets (query_="
+                "'last'), which need materialised sequences: it predicts the last "
+                "position of every sequence, which a CompactFamily (a multiset, without "
+                "order) does not have; pass X of shape (n_sequences, seq_len, n_bits).")
         self._check_predict_tokens(X3)
         n_samples, seq_len, _ = X3.shape  # seq_len: the slots of a compact X
         # The trained parameters are evaluated in float64: float32 matrix products round
@@ -465,7 +530,13 @@ n_slots)
         out = torch.cat(out).to(torch.float64).numpy()
         if counts is not None:
             out[data.padding] = 0.0
-        return out[:, 0] if was_2d else out
+        if was_2d:
+            return out[:, 0]
+        return out[:, -1] if final else out
+
+    def _final_query(self):
+        """Whether the estimator was fitted on final-query targets (``query_``)."""
+        return getattr(self, "query_", "all") == "last"
 
     def _predict_bytes_per_sequence(self, seq_len, itemsize):
         """Rough working memory of one sequence in a forward pass (linear in seq_len)."""
@@ -513,7 +584,9 @@ class ExactMatchScore:
         position is predicted correctly (within 1/2 of its target for a regressor, its
         class for a classifier); for 2-D ``X`` the fraction of tokens. For a compact
         ``X`` every slot stands for the positions of its token (the same output), so
-        the score is that of the materialised family.
+        the score is that of the materialised family. With final-query targets (3-D
+        ``X``, ``y`` of shape ``(n_samples,)``) the fraction of sequences whose last
+        position is predicted correctly.
 
         Parameters
         ----------
@@ -521,7 +594,8 @@ class ExactMatchScore:
 or CompactFamily
         y : array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, \
 n_slots)
-            For a compact ``X``, one target per slot; padding entries are ignored.
+            For a compact ``X``, one target per slot; padding entries are ignored. For
+            3-D ``X``, shape ``(n_samples,)``: final-query targets.
         sample_weight : None
             Not supported; must be None.
 
@@ -551,13 +625,27 @@ or CompactFamily
         y_pred : ndarray of shape (n_samples, seq_len), or (n_samples,) for 2-D X
             For a compact ``X``, shape (n_samples, n_slots): the output at every slot
             (that of every position of its token, see ``X.expand``), 0.0 at padding.
+            After a fit on final-query targets (``query_ = "last"``), shape
+            (n_samples,): the output at the last position of every sequence.
         """
         return self._raw_predict(X)
 
     def _exact_match(self, X, y, y_pred):
+        final = self._final_query()
         if is_compact(X):
+            if np.ndim(y) == 1:
+                raise final_query_error(X, y)
             y2 = check_targets(_compact_targets(y, X, 0.0), X.n_sequences, X.n_slots)
             return sequence_exact_match(y2, y_pred)  # 0 and 0 at padding
         X3, was_2d = check_sequences(X, allow_2d=True)
-        y2 = check_targets(y, X3.shape[0], X3.shape[1], was_2d=was_2d)
+        n, seq_len = X3.shape[:2]
+        if not was_2d and np.ndim(y) == 1:  # final-query targets: the last positions
+            y1 = check_targets(y, n, 1, was_2d=True)
+            return sequence_exact_match(y1, (y_pred if final else y_pred[:, -1]).reshape(n, 1))
+        y2 = check_targets(y, n, seq_len, was_2d=was_2d)
+        if final and not was_2d:
+            raise ValueError(
+                f"y has shape {y2.shape}, but {type(self).__name__} was fitted on "
+                "final-query targets (query_='last') and predicts one output per "
+                f"sequence: pass y of shape ({n},), the targets of the last positions.")
         return sequence_exact_match(y2, y_pred.reshape(y2.shape))

@@ -5,12 +5,14 @@ import torch
 from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_binary, distinct_tokens
+from ..compact import is_compact
 from ..nn import (
     KernelAttentionHead,
     KernelAttentionModel,
     check_feature_map_output,
     get_feature_map,
 )
+from ..nn.attention import CAUSAL_CHUNK
 from ..nn.feature_maps import is_registered
 from ._base import AttentionEstimator, AttentionRegressorMixin
 
@@ -40,6 +42,9 @@ class KernelAttentionBase(AttentionEstimator):
         "feature_width": ("int", {"min": 1}),
         "feature_depth": ("int", {"min": 0}),
         "shared_features": ("bool",),
+        "causal": ("bool",),
+        "positional": ("choice", {"options": ("decay", "learned"), "none": True}),
+        "decay": ("real", {"min": 0.0, "strict": True, "max": 1.0, "none": True}),
     }
 
     def __init__(
@@ -52,6 +57,9 @@ class KernelAttentionBase(AttentionEstimator):
         feature_depth=0,
         shared_features=False,
         feature_kwargs=None,
+        causal=False,
+        positional=None,
+        decay=None,
         n_heads=1,
         n_layers=1,
         readout="affine",
@@ -77,6 +85,9 @@ class KernelAttentionBase(AttentionEstimator):
         self.feature_depth = feature_depth
         self.shared_features = shared_features
         self.feature_kwargs = feature_kwargs
+        self.causal = causal
+        self.positional = positional
+        self.decay = decay
         self.n_heads = n_heads
         self.n_layers = n_layers
         self.readout = readout
@@ -118,6 +129,7 @@ class KernelAttentionBase(AttentionEstimator):
         params = {k: checked[k] for k in ("rank", "feature_map", "value_dim", "feature_width",
                                           "feature_depth", "shared_features")}
         params.update(n_bits=X.shape[2], feature_kwargs=feature_kwargs)
+        params.update(self._order_params(X, checked))
         if not is_registered(checked["feature_map"]):
             self._check_user_map(X, params, checked["dtype"])
         beyond = dict(n_heads=checked["n_heads"], n_layers=checked["n_layers"],
@@ -127,6 +139,44 @@ class KernelAttentionBase(AttentionEstimator):
                 beyond["n_outputs"]) != (1, 1, "affine", None):
             params.update(beyond)  # a variant outside the theorem
         return params
+
+    @staticmethod
+    def _order_params(X, checked):
+        """The head's ``causal``, ``positional``, ``decay`` and ``max_len`` (the training
+        sequences' length, for ``positional="learned"``), where not the defaults."""
+        causal, positional, decay = checked["causal"], checked["positional"], checked["decay"]
+        if positional == "decay" and decay is None:
+            raise ValueError("positional='decay' needs decay, the factor g in (0, 1] of "
+                             "alpha_ij = g^(i-j) <phi(x_i), phi(x_j)>; got decay=None.")
+        if positional != "decay" and decay is not None:
+            raise ValueError(f"decay is the factor of positional='decay'; got decay={decay!r} "
+                             f"with positional={positional!r}.")
+        if positional == "decay" and not causal:
+            raise ValueError("positional='decay' needs causal=True: the decayed kernel "
+                             "g^(i-j) <phi(x_i), phi(x_j)> is defined for keys j <= i.")
+        params = {"causal": True} if causal else {}
+        if positional is not None:
+            params["positional"] = positional
+        if decay is not None:
+            params["decay"] = decay
+        if positional == "learned":
+            params["max_len"] = X.shape[1]
+        return params
+
+    def _validate_X(self, X, *, reset):
+        if is_compact(X):
+            # a multiset has no order: refuse it for heads that read the order
+            module = None if reset else getattr(getattr(self, "net_", None), "module_", None)
+            causal = getattr(module, "causal", self.causal if reset else False)
+            positional = getattr(module, "positional", self.positional if reset else None)
+            options = (["causal=True"] if bool(causal) else []) + (
+                [f"positional={positional!r}"] if positional is not None else [])
+            if options:
+                raise ValueError(
+                    f"X is a CompactFamily (sequences in multiset form, without token order), "
+                    f"but {type(self).__name__} with {' and '.join(options)} depends on the "
+                    "order of the tokens: pass the materialised sequences (X.expand()).")
+        return super()._validate_X(X, reset=reset)
 
     @staticmethod
     def _check_user_map(X, params, dtype):
@@ -187,16 +237,33 @@ class KernelAttentionBase(AttentionEstimator):
         docstring and :ref:`theory-r4`)."""
         check_is_fitted(self, "net_")
         head = getattr(self.net_.module_, "single_head", None)
-        if head is None:
+        if head is None or head.positional is not None:
             return False
         if head.nonnegative:  # declared: nonnegative for every pair of tokens
             return True
         return bool(getattr(self, "kernel_min_", float("nan")) >= 0)
 
+    @property
+    def theorem_(self):
+        """Which statement covers the fitted model: ``"yes"`` (``theorem_applies_``),
+        ``"paper's claim"`` (a single head with a nonnegative kernel of positional
+        maps) or ``"no"``."""
+        if self.theorem_applies_:
+            return "yes"
+        head = getattr(self.net_.module_, "single_head", None)
+        if head is not None and head.positional is not None and (
+                head.nonnegative or getattr(self, "kernel_min_", float("nan")) >= 0):
+            return "paper's claim"
+        return "no"
+
     def _predict_bytes_per_sequence(self, seq_len, itemsize):
         # every head of every layer holds its own features and values; logits per class
         module = self.net_.module_
         per_head = super()._predict_bytes_per_sequence(seq_len, itemsize)
+        if getattr(module, "causal", False):
+            # a block's masked kernel (log-domain maps: its log-features per pair)
+            block = min(seq_len, CAUSAL_CHUNK)
+            per_head += 3 * block * block * (getattr(module, "rank", 1) + 1) * itemsize
         blocks = getattr(module, "n_heads", 1) * getattr(module, "n_layers", 1)
         outputs = getattr(module, "n_outputs", None) or 1
         readout = getattr(getattr(module, "readout", None), "net", None)
@@ -204,6 +271,13 @@ class KernelAttentionBase(AttentionEstimator):
         return blocks * per_head + 4 * seq_len * (outputs + width) * itemsize
 
     def _check_predict_tokens(self, X3):
+        module = self.net_.module_
+        max_len = getattr(getattr(module, "heads", [module])[0], "max_len", None)
+        if max_len is not None and X3.shape[1] > max_len:
+            raise ValueError(
+                f"X has seq_len={X3.shape[1]}, longer than the training sequences "
+                f"(max_len={max_len}): positional='learned' has a learned weight for "
+                f"the positions 0..{max_len - 1} only.")
         vocab = getattr(self, "vocabulary_", None)
         if vocab is None:
             return
@@ -255,6 +329,24 @@ class KernelAttentionRegressor(AttentionRegressorMixin, KernelAttentionBase):
     feature_kwargs : dict, default=None
         Extra options of the feature map (``floor`` for ``relu``, ``proj_dim`` for
         ``favor+`` ..., any keyword of a user's map).
+    causal : bool, default=False
+        Position ``i`` attends to the positions ``j <= i`` only (causal attention,
+        as in a decoder; see :class:`~minip_learn.nn.KernelAttentionHead`). Still
+        covered by the theorem: on final-query data the last position sees every token
+        and computes what the non-causal head computes there.
+    positional : {None, "decay", "learned"}, default=None
+        Position-dependent token maps. ``"decay"``: RetNet-style normalised decayed
+        attention ``alpha_ij = g^(i-j) <phi_Q(x_i), phi_K(x_j)>`` with ``g = decay``
+        (needs ``causal=True``). ``"learned"``: learned per-position log-weights of the
+        query and key features, for positions up to the training sequences' length
+        (longer sequences are a ValueError at predict). Positional maps are covered by
+        the paper's statement, not by this library's proof: ``theorem_applies_`` is
+        False and ``theorem_`` is ``"paper's claim"`` for a nonnegative kernel.
+        Causal and positional estimators refuse a
+        :class:`~minip_learn.compact.CompactFamily` ``X`` (a multiset has no order).
+    decay : float in (0, 1], default=None
+        The factor ``g`` of ``positional="decay"`` (required there, refused with any
+        other ``positional``).
     n_heads : int, default=1
         Kernel heads per layer, each of rank ``rank``. Values above 1 are **outside
         the theorem** (see :ref:`theory-r7` and
@@ -337,9 +429,13 @@ class KernelAttentionRegressor(AttentionRegressorMixin, KernelAttentionBase):
         training tokens (``kernel_min_ >= 0``). Signed maps (``identity``, ``rff``, a
         user's map) are flagged from what they compute. ``n_heads > 1``,
         ``n_layers > 1`` and ``readout="mlp"`` are variants outside the theorem (see
-        :ref:`theory-r7`). With the defaults the module is a
+        :ref:`theory-r7`). Positional maps (``positional``) are covered by the
+        paper's statement only: False. With the defaults the module is a
         :class:`~minip_learn.nn.KernelAttentionHead`; otherwise a
         :class:`~minip_learn.nn.KernelAttentionModel`.
+    theorem_ : {"yes", "paper's claim", "no"}
+        ``"yes"`` when ``theorem_applies_``; ``"paper's claim"`` for a single head
+        with positional maps and a nonnegative kernel; ``"no"`` otherwise.
 
     Examples
     --------
@@ -349,4 +445,8 @@ class KernelAttentionRegressor(AttentionRegressorMixin, KernelAttentionBase):
     >>> est = KernelAttentionRegressor(rank=1, random_state=0).fit(X, y)
     >>> est.score(X, y)
     1.0
+    >>> causal = KernelAttentionRegressor(rank=2, causal=True, positional="decay", decay=0.9,
+    ...                                   max_epochs=5, random_state=0).fit(X, y)
+    >>> causal.predict(X).shape, causal.theorem_
+    ((64, 2), "paper's claim")
     """

@@ -1,5 +1,6 @@
 """The softmax-attention regressor (the dense baseline of the kernel heads)."""
 
+from ..compact import is_compact
 from ..nn import SoftmaxAttentionHead
 from ._base import AttentionEstimator, AttentionRegressorMixin
 
@@ -21,6 +22,10 @@ class SoftmaxAttentionRegressor(AttentionRegressorMixin, AttentionEstimator):
         Softmax temperature ``tau`` (> 0).
     value_dim : int, default=None
         Dimension of the value map; ``None`` means ``n_bits``.
+    causal : bool, default=False
+        Position ``i`` attends to the positions ``j <= i`` only (masked scores; see
+        :class:`~minip_learn.nn.SoftmaxAttentionHead`). A causal estimator refuses a
+        :class:`~minip_learn.compact.CompactFamily` ``X`` (a multiset has no order).
     lr : float, default=0.01
         Learning rate.
     optimizer : {"adam", "adamw", "sgd"}, default="adamw"
@@ -58,6 +63,7 @@ dtype, device, random_state, verbose
         "score_dim": ("int", {"min": 1, "none": True}),
         "value_dim": ("int", {"min": 1, "none": True}),
         "temperature": ("real", {"min": 0.0, "strict": True}),
+        "causal": ("bool",),
     }
 
     def __init__(
@@ -66,6 +72,7 @@ dtype, device, random_state, verbose
         *,
         temperature=1.0,
         value_dim=None,
+        causal=False,
         lr=0.01,
         max_epochs=2000,
         batch_size=None,
@@ -82,6 +89,7 @@ dtype, device, random_state, verbose
         self.score_dim = score_dim
         self.temperature = temperature
         self.value_dim = value_dim
+        self.causal = causal
         self.lr = lr
         self.max_epochs = max_epochs
         self.batch_size = batch_size
@@ -99,8 +107,20 @@ dtype, device, random_state, verbose
         return SoftmaxAttentionHead
 
     def _module_params(self, X, checked, fitted):
-        return dict(n_bits=X.shape[2], score_dim=checked["score_dim"],
-                    value_dim=checked["value_dim"], temperature=checked["temperature"])
+        params = dict(n_bits=X.shape[2], score_dim=checked["score_dim"],
+                      value_dim=checked["value_dim"], temperature=checked["temperature"])
+        if checked["causal"]:
+            params["causal"] = True
+        return params
+
+    def _validate_X(self, X, *, reset):
+        module = None if reset else getattr(getattr(self, "net_", None), "module_", None)
+        if is_compact(X) and bool(getattr(module, "causal", self.causal if reset else False)):
+            raise ValueError(
+                f"X is a CompactFamily (sequences in multiset form, without token order), "
+                f"but {type(self).__name__} with causal=True depends on the order of the "
+                "tokens: pass the materialised sequences (X.expand()).")
+        return super()._validate_X(X, reset=reset)
 
     def _predict_bytes_per_sequence(self, seq_len, itemsize):
         # scores, softmax weights and their product, for the scores the head holds at

@@ -1,6 +1,6 @@
 """Reproduction recipes: the phase transition on witness suites and beyond the paper.
 
-Seven experiments, each a function returning a :class:`~sklearn.utils.Bunch` and writing
+Eight experiments, each a function returning a :class:`~sklearn.utils.Bunch` and writing
 its tables and figures when given an output folder:
 
 * :func:`witness_experiment` -- kernel heads over feature ranks (and seeds) on an
@@ -18,6 +18,9 @@ its tables and figures when given an output folder:
 * :func:`exact_experiment` -- the exact minimum rank of the R9 families across ``m``
   (certified rank = constructive rank, see :ref:`theory-r9`), the certified rank
   against the sequence length, and kernel heads trained around the exact rank.
+* :func:`mixers_experiment` -- a state-size leaderboard of sequence mixers (causal
+  kernel attention, RetNet, linear attention, GLA, DeltaNet, a selective SSM, causal
+  softmax) on final-query witness families, against their certified rank.
 * :func:`scaling_experiment` -- the rank sandwich across the number of bits ``m``:
   certified bound, smallest verified solving rank (trained heads and nonnegative
   factorisations, :func:`~minip_learn.constructions.factorized_kernel_head`) and
@@ -26,7 +29,7 @@ its tables and figures when given an output folder:
 All numbers (ranks, seeds, epochs, feature map ...) live in :data:`SETTINGS`, one
 ``"quick"`` and one ``"full"`` entry per experiment; keyword arguments override them.
 Each recipe is a module of this package (``witness``, ``length``, ``ood``, ``beyond``,
-``maps``, ``scaling``, ``exact``)
+``maps``, ``scaling``, ``exact``, ``mixers``)
 with its own ``SETTINGS``; what they share is in one helpers module. The fits of a run
 go to ``out/runs`` (see the docs page "Results folders and failures"), and every output
 folder holds ``provenance.json``: library version, git commit, command
@@ -37,12 +40,13 @@ folder holds ``provenance.json``: library version, git commit, command
 ``minip-learn reproduce docs-artifacts`` regenerates.
 """
 
-from . import beyond, exact, length, maps, ood, scaling, witness
+from . import beyond, exact, length, maps, mixers, ood, scaling, witness
 from ._shared import markdown_table, recorded_command
 from .beyond import beyond_experiment
 from .exact import exact_checks, exact_experiment
 from .length import length_experiment
 from .maps import maps_experiment
+from .mixers import mixers_experiment
 from .ood import ood_experiment
 from .scaling import growth_fit, scaling_checks, scaling_experiment
 from .witness import witness_experiment
@@ -58,6 +62,7 @@ __all__ = [
     "length_experiment",
     "maps_experiment",
     "markdown_table",
+    "mixers_experiment",
     "ood_experiment",
     "recorded_command",
     "run_experiment",
@@ -70,10 +75,10 @@ __all__ = [
 #: (the ``SETTINGS`` of each recipe module).
 SETTINGS = {"witness": witness.SETTINGS, "length": length.SETTINGS, "ood": ood.SETTINGS,
             "beyond": beyond.SETTINGS, "maps": maps.SETTINGS, "scaling": scaling.SETTINGS,
-            "exact": exact.SETTINGS}
+            "exact": exact.SETTINGS, "mixers": mixers.SETTINGS}
 
 #: Names accepted by :func:`run_experiment` (and ``minip-learn reproduce``).
-EXPERIMENTS = ("witness", "length", "ood", "beyond", "maps", "scaling", "exact")
+EXPERIMENTS = ("witness", "length", "ood", "beyond", "maps", "scaling", "exact", "mixers")
 
 #: The recipe outputs committed under the docs' ``_static`` folder, in the order
 #: ``minip-learn reproduce docs-artifacts`` regenerates them: name -> ``experiment``,
@@ -85,6 +90,8 @@ DOCS_ARTIFACTS = {
     "ood": dict(experiment="ood", quick=True, folder="extended/ood", minutes=2),
     "beyond": dict(experiment="beyond", quick=True, folder="extended/beyond", minutes=1),
     "maps": dict(experiment="maps", quick=True, folder="extended/maps", minutes=1.5),
+    "mixers": dict(experiment="mixers", quick=False, folder="extended/mixers",
+                   minutes=30),
     # before "scaling": the scaling figure draws the exact curve from exact/summary.csv
     "exact": dict(experiment="exact", quick=False, folder="exact", minutes=15),
     "scaling-quick": dict(experiment="scaling", quick=True, folder="scaling/quick",
@@ -98,11 +105,11 @@ def run_experiment(name, **kwargs):
 
     Parameters
     ----------
-    name : {"witness", "length", "ood", "beyond", "maps", "scaling", "exact"}
+    name : {"witness", "length", "ood", "beyond", "maps", "scaling", "exact", "mixers"}
     **kwargs
         Keyword arguments of :func:`witness_experiment`, :func:`length_experiment`,
         :func:`ood_experiment`, :func:`beyond_experiment`, :func:`maps_experiment`,
-        :func:`scaling_experiment` or :func:`exact_experiment`.
+        :func:`scaling_experiment`, :func:`exact_experiment` or :func:`mixers_experiment`.
 
     Returns
     -------
@@ -119,7 +126,7 @@ def run_experiment(name, **kwargs):
     funcs = {"witness": witness_experiment, "length": length_experiment,
              "ood": ood_experiment, "beyond": beyond_experiment,
              "maps": maps_experiment, "scaling": scaling_experiment,
-             "exact": exact_experiment}
+             "exact": exact_experiment, "mixers": mixers_experiment}
     if name not in funcs:
         raise ValueError(f"unknown experiment {name!r}; choose from {list(funcs)}.")
     return funcs[name](**kwargs)

@@ -1,5 +1,6 @@
 """Torch modules: feature maps (one registry), the attention arithmetic
-(:mod:`minip_learn.nn.attention`) and attention heads. No scikit-learn here."""
+(:mod:`minip_learn.nn.attention`), attention heads and sequence mixers (one registry,
+:mod:`minip_learn.nn.mixers`). No scikit-learn here."""
 
 from . import (
     attention,
@@ -17,6 +18,16 @@ from .feature_maps import (
     register_feature_map,
 )
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
+from .mixers import (
+    Mixer,
+    UserMixer,
+    available_mixers,
+    check_mixer_output,
+    get_mixer,
+    make_mixer,
+    mixer_table,
+    register_mixer,
+)
 from .models import KernelAttentionModel, MLPReadout
 from .splitting import (
     minip_partners,
@@ -32,17 +43,25 @@ __all__ = [
     "KernelAttentionHead",
     "KernelAttentionModel",
     "MLPReadout",
+    "Mixer",
     "SoftmaxAttentionHead",
     "UserFeatureMap",
+    "UserMixer",
     "ValueMap",
     "attention",
     "available_feature_maps",
+    "available_mixers",
     "check_feature_map_output",
+    "check_mixer_output",
     "feature_map_table",
     "get_feature_map",
+    "get_mixer",
     "make_feature_map",
+    "make_mixer",
     "minip_partners",
+    "mixer_table",
     "register_feature_map",
+    "register_mixer",
     "reset_optimizer_entries",
     "split_shared_features",
     "splittable_tables",

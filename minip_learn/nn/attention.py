@@ -30,6 +30,17 @@ over the slots ``j`` (softmax: ``log c_j`` added to the scores), which is what t
 materialised sequence, each token repeated ``c_j`` times, gives at every position of
 that token. Every function that sums over keys takes an optional ``counts``; None means
 one occurrence per position and leaves the arithmetic exactly as without it.
+
+**Causal attention.** :func:`causal_attend` lets position ``i`` attend to the keys
+``j <= i`` only, optionally with RetNet's decay, ``alpha_ij = g^(i-j) <phi_Q(x_i),
+phi_K(x_j)>`` (position-dependent maps ``g^i phi(x)`` and ``g^-j phi(x)``, computed
+from the offsets ``i - j``): the masked explicit kernel within blocks of
+:data:`CAUSAL_CHUNK` positions and the prefix sketch carried from block to block.
+:func:`recurrent_attend` is the same attention as a recurrent network over the
+positions, ``S_i = g S_{i-1} + phi_K(x_i) v_i^T``, ``s_i = g s_{i-1} + phi_K(x_i)``,
+the reference the tests hold the parallel form to. Causal softmax:
+``softmax_weights(..., causal=True)`` and ``softmax_attend(..., causal=True)``.
+Causal attention has no multiset form (a multiset has no order).
 No scikit-learn in this layer.
 
 Examples
@@ -43,14 +54,19 @@ Examples
 tensor([2., 3.])
 """
 
+import math
 import weakref
 
 import torch
 
 __all__ = [
+    "CAUSAL_CHUNK",
     "affine_readout",
     "attend",
     "attention_features",
+    "causal_attend",
+    "causal_mask",
+    "causal_head_output",
     "explicit_kernel",
     "guard_denominator",
     "head_output",
@@ -58,9 +74,13 @@ __all__ = [
     "kernel_from_log",
     "kernel_readout",
     "kernel_values",
+    "log_decay",
     "log_kernel",
     "pair_readout",
     "pairwise_dots",
+    "recurrent_attend",
+    "recurrent_state",
+    "recurrent_step",
     "sketch",
     "softmax_attend",
     "softmax_weights",
@@ -590,7 +610,413 @@ def affine_readout(w, b, u):
     return (w * u).sum(-1) + b
 
 
-def softmax_weights(scores, counts=None):
+# -- causal attention -----------------------------------------------------------------
+
+#: Positions per block of :func:`causal_attend`: within a block the masked explicit
+#: kernel, between blocks the carried prefix sketch.
+CAUSAL_CHUNK = 32
+
+
+def log_decay(decay):
+    """``log g`` of a decay factor ``g`` in ``(0, 1]``, or 0.0 for None (no decay).
+
+    Examples
+    --------
+    >>> from minip_learn.nn.attention import log_decay
+    >>> log_decay(None), log_decay(1.0)
+    (0.0, 0.0)
+    """
+    if decay is None:
+        return 0.0
+    g = float(decay)
+    if not 0.0 < g <= 1.0:
+        raise ValueError(f"decay must be in (0, 1]; got {decay!r}.")
+    return math.log(g)
+
+
+def _offsets(n_q, n_k, q0, k0, device):
+    """Relative offsets ``i - j`` of queries ``q0 .. q0+n_q-1`` and keys
+    ``k0 .. k0+n_k-1``, shape (n_q, n_k)."""
+    i = torch.arange(q0, q0 + n_q, device=device)
+    j = torch.arange(k0, k0 + n_k, device=device)
+    return i[:, None] - j[None, :]
+
+
+def _decayed_mask(n, lg, *, log, dtype, device):
+    """The causal (and decayed) mask of one block of ``n`` positions: ``g^(i-j)`` for
+    ``j <= i`` and 0 above the diagonal (``log``: ``(i-j) log g`` and ``-inf``)."""
+    d = _offsets(n, n, 0, 0, device)
+    keep = d >= 0
+    expo = d.clamp_min(0).to(dtype) * lg  # never a positive exponent
+    if log:
+        return torch.where(keep, expo, torch.full_like(expo, -math.inf))
+    return torch.where(keep, torch.exp(expo), torch.zeros_like(expo))
+
+
+def _position_decay(n, lg, start, dtype, device, *, log=False, reverse=False):
+    """``g^(start + t)`` (``log``: ``(start + t) log g``) for ``t = 0 .. n-1``, or for
+    ``t = n-1 .. 0`` when ``reverse``: shape (n, 1). Callers keep every exponent
+    nonnegative."""
+    t = torch.arange(n, device=device, dtype=dtype)
+    if reverse:
+        t = (n - 1) - t
+    expo = (t + start) * lg
+    return (expo if log else torch.exp(expo)).unsqueeze(-1)
+
+
+def _apply_mask(fq, fk, mask, log_domain):
+    """Rank mask: log-features add ``log(mask)`` on the query side (``-inf``: that
+    feature's kernel terms are exact zeros), plain features are multiplied by it."""
+    if mask is None:
+        return fq, fk
+    mask = mask.reshape((1,) * (fq.ndim - mask.ndim) + tuple(mask.shape))
+    if log_domain:
+        return fq + torch.log(mask), fk
+    return fq * mask, fk * mask
+
+
+def _finite_or_zero(t):
+    """``t`` with its infinite entries replaced by 0 (a shift that is never used on
+    anything but exact zeros)."""
+    return torch.where(torch.isfinite(t), t, torch.zeros_like(t))
+
+
+def _block_kernel(fq, fk, lg, *, log_domain):
+    """Masked (decayed) explicit kernel of one block: ``g^(i-j) <phi_Q(x_i), phi_K(x_j)>``
+    for ``j <= i``, 0 above the diagonal. Log-domain: its logarithm
+    (``-inf`` above the diagonal) and each row's maximum."""
+    n = fq.shape[-2]
+    if not log_domain:
+        dec = _decayed_mask(n, lg, log=False, dtype=fq.dtype, device=fq.device)
+        return pairwise_dots(fq, fk) * dec, None
+    la = log_kernel(fq, fk) + _decayed_mask(n, lg, log=True, dtype=fq.dtype,
+                                            device=fq.device)
+    return la, la.amax(-1).detach()
+
+
+def _causal_blocks(fq, fk, v, *, lg, log_domain, chunk):
+    """Numerators ``(..., N, d)`` and denominators ``(..., N)`` of causal (decayed)
+    kernel attention, block by block, each up to one positive scale per query.
+
+    A sequence of one block is the masked explicit kernel (log-features: through
+    :func:`log_kernel`, each row shifted by its maximum over the keys it sees, so the
+    output at ``i`` is computed from the tokens up to ``i`` alone). Longer ones carry
+    the prefix sketch from block to block. Plain features: the state before block
+    ``[t0, t1)`` is ``S = sum_{j < t0} g^(t0-1-j) phi_K(x_j) v_j^T`` (and ``s``), so a
+    query ``i`` of the block adds ``g^(i-t0+1) phi_Q(x_i)^T S``, and within the block
+    the kernel is multiplied by ``g^(i-j)`` (``j <= i``): every power of ``g`` has a
+    nonnegative exponent. Log-features: the state holds ``exp(a_jk - m_k)`` with
+    ``a_jk = lk_jk + (t0-1-j) log g`` and the running maximum ``m_k = max_j a_jk``
+    (a new block's keys rescale it by ``exp(m_old - m_new) <= 1``; moving on by ``C``
+    positions only shifts ``m`` by ``C log g``); the block's own keys are shifted by
+    their maximum per feature, and each query row by its maximum over both parts.
+    """
+    N = fq.shape[-2]
+    if N <= chunk:
+        alpha, c = _block_kernel(fq, fk, lg, log_domain=log_domain)
+        if log_domain:
+            alpha = torch.exp(alpha - _finite_or_zero(c).unsqueeze(-1))
+        return alpha @ v, alpha.sum(-1)
+    dtype, device = fq.dtype, fq.device
+    nums, dens = [], []
+    S = s = m = None
+    for t0 in range(0, N, chunk):
+        t1 = min(N, t0 + chunk)
+        C = t1 - t0
+        q, k, vv = fq[..., t0:t1, :], fk[..., t0:t1, :], v[..., t0:t1, :]
+        dec = _decayed_mask(C, lg, log=False, dtype=dtype, device=device)
+        if log_domain:
+            M = _finite_or_zero(k.amax(-2, keepdim=True)).detach()
+            qs = q + M
+            c = qs.amax(-1).detach()
+            if S is not None:
+                # the state's log-weight for query i: lq_i + (i - t0 + 1) log g + m
+                qa = q + _position_decay(C, lg, 1, dtype, device, log=True) + m.unsqueeze(-2)
+                c = torch.maximum(c, qa.amax(-1).detach())
+            c = _finite_or_zero(c).unsqueeze(-1)
+            alpha = pairwise_dots(torch.exp(qs - c), torch.exp(k - M)) * dec
+        else:
+            alpha = pairwise_dots(q, k) * dec
+        num = alpha @ vv
+        den = alpha.sum(-1)
+        if S is not None:
+            pq = (torch.exp(qa - c) if log_domain
+                  else q * _position_decay(C, lg, 1, dtype, device))
+            num = num + pq @ S
+            den = den + (pq * s.unsqueeze(-2)).sum(-1)
+        nums.append(num)
+        dens.append(den)
+        if t1 == N:
+            break
+        # the state after the block: keys weighted by g^(t1-1-j)
+        if log_domain:
+            a = k + _position_decay(C, lg, 0, dtype, device, log=True, reverse=True)
+            m_new = a.amax(-2).detach()
+            if m is not None:
+                m_prev = m + C * lg
+                m_new = torch.maximum(m_prev, m_new)
+            shift = _finite_or_zero(m_new)
+            pk = torch.exp(a - shift.unsqueeze(-2))
+            S_blk, s_blk = pk.transpose(-2, -1) @ vv, pk.sum(-2)
+            if S is not None:
+                scale = torch.exp(m_prev - shift)  # <= 1 (0 for an empty feature)
+                S_blk, s_blk = S * scale.unsqueeze(-1) + S_blk, s * scale + s_blk
+            S, s, m = S_blk, s_blk, m_new
+        else:
+            kd = k * _position_decay(C, lg, 0, dtype, device, reverse=True)
+            S_blk, s_blk = kd.transpose(-2, -1) @ vv, kd.sum(-2)
+            if S is not None:
+                g_c = math.exp(C * lg)
+                S_blk, s_blk = S * g_c + S_blk, s * g_c + s_blk
+            S, s = S_blk, s_blk
+    return torch.cat(nums, -2), torch.cat(dens, -1)
+
+
+def causal_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_domain=False,
+                  mask=None, chunk_size=None):
+    """Causal normalised kernel attention: position ``i`` attends to ``j <= i``.
+
+    ``u_i = sum_{j<=i} alpha_ij v_j / guard(sum_{j<=i} alpha_ij)`` with
+    ``alpha_ij = g^(i-j) <phi_Q(x_i), phi_K(x_j)>`` (``g = decay``; no decay: ``g = 1``).
+    The decayed kernel is RetNet's normalised decayed attention: position-dependent
+    maps ``phi_Q(x, i) = g^i phi(x)``, ``phi_K(x, j) = g^-j phi(x)``, computed from
+    the relative offsets ``i - j >= 0`` only (never ``g^-j`` itself, which overflows
+    for long sequences).
+
+    Sequences of at most ``chunk_size`` positions use the masked explicit kernel;
+    longer ones go block by block: the masked explicit kernel within a block of
+    ``chunk_size`` positions and the prefix sketch ``S = sum_j g^(.) phi_K(x_j) v_j^T``,
+    ``s = sum_j g^(.) phi_K(x_j)`` carried from block to block (memory
+    ``O(N (r + d) + chunk_size^2 + r d)`` per sequence, cost ``O(N (chunk_size + r) d)``
+    for plain features). It equals :func:`recurrent_attend`, the token-by-token form,
+    up to rounding, and the output at ``i`` never depends on later tokens.
+
+    Parameters
+    ----------
+    phi_q, phi_k : Tensor of shape (..., N, r)
+        Query and key features, or their logarithms when ``log_domain`` (no shift
+        needed: every block is shifted by its own maxima, which cancel exactly in the
+        normalisation).
+    v : Tensor of shape (..., N, d)
+    nonnegative : bool
+    eps : float, default=1e-3
+        As in :func:`guard_denominator`.
+    decay : float in (0, 1], default=None
+        Decay factor ``g``; None for none.
+    log_domain : bool, default=False
+    mask : Tensor of shape (r,), default=None
+        Rank mask, as in :func:`attention_features`.
+    chunk_size : int, default=None
+        Positions per block; None means :data:`CAUSAL_CHUNK`.
+
+    Returns
+    -------
+    Tensor of shape (..., N, d)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import attention
+    >>> phi = torch.ones(1, 3, 2)
+    >>> v = torch.tensor([[[0.0], [3.0], [6.0]]])
+    >>> attention.causal_attend(phi, phi, v, nonnegative=True)[0, :, 0]  # prefix means
+    tensor([0.0000, 1.5000, 3.0000])
+    """
+    chunk = CAUSAL_CHUNK if chunk_size is None else max(1, int(chunk_size))
+    fq, fk = _apply_mask(phi_q, phi_k, mask, log_domain)
+    num, den = _causal_blocks(fq, fk, v, lg=log_decay(decay), log_domain=log_domain,
+                              chunk=chunk)
+    return num / guard_denominator(den, nonnegative=nonnegative, eps=eps).unsqueeze(-1)
+
+
+def causal_head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3, decay=None,
+                       log_domain=False, mask=None, chunk_size=None):
+    """Output ``y_i = <w(x_i), u_i> + b(x_i)`` of a causal head (:func:`causal_attend`).
+
+    Sequences of one block fold the readout into the masked explicit kernel
+    (:func:`kernel_readout` of the kernel and of ``<w(x_i), v(x_j)>``), as
+    :func:`head_output` does for short sequences.
+
+    Parameters
+    ----------
+    phi_q, phi_k : Tensor of shape (..., N, r)
+    v, w : Tensor of shape (..., N, d)
+    b : Tensor of shape (..., N)
+    nonnegative : bool
+    eps, decay, log_domain, mask, chunk_size
+        As in :func:`causal_attend`.
+
+    Returns
+    -------
+    Tensor of shape (..., N)
+    """
+    chunk = CAUSAL_CHUNK if chunk_size is None else max(1, int(chunk_size))
+    if v.shape[-2] > chunk:
+        u = causal_attend(phi_q, phi_k, v, nonnegative=nonnegative, eps=eps, decay=decay,
+                          log_domain=log_domain, mask=mask, chunk_size=chunk)
+        return affine_readout(w, b, u)
+    fq, fk = _apply_mask(phi_q, phi_k, mask, log_domain)
+    alpha, c = _block_kernel(fq, fk, log_decay(decay), log_domain=log_domain)
+    if log_domain:
+        alpha = torch.exp(alpha - _finite_or_zero(c).unsqueeze(-1))
+    return kernel_readout(alpha, pairwise_dots(w, v), b, nonnegative=nonnegative, eps=eps)
+
+
+def recurrent_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_domain=False,
+                     mask=None):
+    """Causal normalised kernel attention as a recurrent network, token by token.
+
+    The state after position ``i`` is the fixed-size prefix sketch
+
+        S_i = g S_{i-1} + phi_K(x_i) v_i^T,   s_i = g s_{i-1} + phi_K(x_i)
+
+    (``g = decay``, 1 without decay), and ``u_i = phi_Q(x_i)^T S_i /
+    guard(phi_Q(x_i)^T s_i)``: ``r d + r`` floats carried from one token to the next
+    (log-features: ``r`` more, the running maximum ``m`` of the decayed key
+    log-features, by which the state is stored shifted). The reference form of
+    :func:`causal_attend`, equal to it up to rounding; one token at a time is
+    :func:`recurrent_step` from :func:`recurrent_state`.
+
+    Parameters
+    ----------
+    phi_q, phi_k : Tensor of shape (..., N, r)
+    v : Tensor of shape (..., N, d)
+    nonnegative : bool
+    eps, decay, log_domain, mask
+        As in :func:`causal_attend`.
+
+    Returns
+    -------
+    Tensor of shape (..., N, d)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import attention
+    >>> phi = torch.ones(1, 3, 2)
+    >>> v = torch.tensor([[[0.0], [3.0], [6.0]]])
+    >>> attention.recurrent_attend(phi, phi, v, nonnegative=True)[0, :, 0]
+    tensor([0.0000, 1.5000, 3.0000])
+    """
+    fq, fk = _apply_mask(phi_q, phi_k, mask, log_domain)
+    state = recurrent_state(fq.shape[:-2], fq.shape[-1], v.shape[-1], log_domain=log_domain,
+                            dtype=v.dtype, device=v.device)
+    out = []
+    for i in range(v.shape[-2]):
+        u, state = recurrent_step(state, fq[..., i, :], fk[..., i, :], v[..., i, :],
+                                  nonnegative=nonnegative, eps=eps, decay=decay,
+                                  log_domain=log_domain)
+        out.append(u)
+    return torch.stack(out, -2)
+
+
+def recurrent_state(batch_shape, rank, value_dim, *, log_domain, dtype=None, device=None):
+    """The state of :func:`recurrent_attend` before the first token.
+
+    Parameters
+    ----------
+    batch_shape : tuple of int
+        Leading dimensions (e.g. ``(batch,)``).
+    rank, value_dim : int
+    log_domain : bool
+    dtype, device : optional
+
+    Returns
+    -------
+    state : tuple of Tensor
+        ``(S, s)``: zeros of shapes ``(*batch_shape, rank, value_dim)`` and
+        ``(*batch_shape, rank)``; log-domain: also ``m``, the running maximum of the
+        decayed key log-features, ``-inf`` (``S`` and ``s`` are stored scaled by
+        ``exp(-m)``).
+
+    Examples
+    --------
+    >>> from minip_learn.nn import attention
+    >>> [t.shape for t in attention.recurrent_state((2,), 3, 4, log_domain=True)]
+    [torch.Size([2, 3, 4]), torch.Size([2, 3]), torch.Size([2, 3])]
+    """
+    kw = dict(dtype=dtype, device=device)
+    state = (torch.zeros(*batch_shape, rank, value_dim, **kw),
+             torch.zeros(*batch_shape, rank, **kw))
+    if log_domain:
+        state += (torch.full((*batch_shape, rank), -math.inf, **kw),)
+    return state
+
+
+def recurrent_step(state, phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None,
+                   log_domain=False):
+    """One token of :func:`recurrent_attend`: the new state and the attended value.
+
+    ``S <- g S + phi_K(x) v^T``, ``s <- g s + phi_K(x)``, then
+    ``u = phi_Q(x)^T S / guard(phi_Q(x)^T s)``. Log-features: ``m <- max(m + log g,
+    lk)`` and ``S``, ``s`` rescaled by ``exp(m_old + log g - m_new) <= 1``, the query
+    shifted by its own maximum.
+
+    Parameters
+    ----------
+    state : tuple of Tensor
+        From :func:`recurrent_state` or a previous step.
+    phi_q, phi_k : Tensor of shape (..., r)
+        The token's query and key features (log-features when ``log_domain``; a rank
+        mask already applied).
+    v : Tensor of shape (..., d)
+    nonnegative : bool
+    eps, decay, log_domain
+        As in :func:`causal_attend`.
+
+    Returns
+    -------
+    u : Tensor of shape (..., d)
+    state : tuple of Tensor
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import attention
+    >>> state = attention.recurrent_state((1,), 2, 1, log_domain=False)
+    >>> for value in (0.0, 3.0):
+    ...     u, state = attention.recurrent_step(state, torch.ones(1, 2), torch.ones(1, 2),
+    ...                                         torch.tensor([[value]]), nonnegative=True)
+    >>> u
+    tensor([[1.5000]])
+    """
+    lg = log_decay(decay)
+    S, s = state[0], state[1]
+    if log_domain:
+        m = state[2]
+        m_new = torch.maximum(m + lg, phi_k.detach())
+        shift = _finite_or_zero(m_new)
+        keep = torch.exp(m + lg - shift)  # <= 1 (0 before the first token)
+        S, s = S * keep.unsqueeze(-1), s * keep
+        pk = torch.exp(phi_k - shift)
+        a = phi_q + m_new
+        pq = torch.exp(a - _finite_or_zero(a.amax(-1, keepdim=True)).detach())
+        tail = (m_new,)
+    else:
+        g = math.exp(lg)
+        S, s, pk, pq, tail = S * g, s * g, phi_k, phi_q, ()
+    S = S + pk.unsqueeze(-1) * v.unsqueeze(-2)
+    s = s + pk
+    num = (pq.unsqueeze(-1) * S).sum(-2)
+    den = (pq * s).sum(-1, keepdim=True)
+    return num / guard_denominator(den, nonnegative=nonnegative, eps=eps), (S, s) + tail
+
+
+def causal_mask(n_q, n_k, *, start=0, device=None):
+    """Boolean mask ``(n_q, n_k)``: True where query ``start + a`` may see key ``b``
+    (``b <= start + a``).
+
+    Examples
+    --------
+    >>> from minip_learn.nn.attention import causal_mask
+    >>> causal_mask(2, 3, start=1).int()
+    tensor([[1, 1, 0],
+            [1, 1, 1]], dtype=torch.int32)
+    """
+    return _offsets(n_q, n_k, start, 0, device) >= 0
+
+
+def softmax_weights(scores, counts=None, *, causal=False):
     """Softmax attention weights ``softmax_j(s_ij + log c_j)`` of shape (..., N, N).
 
     Parameters
@@ -601,6 +1027,9 @@ def softmax_weights(scores, counts=None):
         Multiplicity of every key slot: ``log c_j`` joins the scores, so a slot counts
         as ``c_j`` equal keys and a padding slot (``c_j = 0``, ``log 0 = -inf``) gets
         weight 0. None: one per position.
+    causal : bool, default=False
+        Query ``i`` sees the keys ``j <= i`` only (the scores above the diagonal are
+        ``-inf``).
 
     Returns
     -------
@@ -612,13 +1041,19 @@ def softmax_weights(scores, counts=None):
     >>> from minip_learn.nn import attention
     >>> attention.softmax_weights(torch.zeros(1, 2, 2), torch.tensor([[3.0, 1.0]]))[0, 0]
     tensor([0.7500, 0.2500])
+    >>> attention.softmax_weights(torch.zeros(1, 2, 2), causal=True)[0]
+    tensor([[1.0000, 0.0000],
+            [0.5000, 0.5000]])
     """
     if counts is not None:
         scores = scores + torch.log(counts).unsqueeze(-2)
+    if causal:
+        keep = causal_mask(scores.shape[-2], scores.shape[-1], device=scores.device)
+        scores = scores.masked_fill(~keep, -math.inf)
     return torch.softmax(scores, dim=-1)
 
 
-def softmax_attend(q, k, v, *, scale, block_rows, counts=None):
+def softmax_attend(q, k, v, *, scale, block_rows, counts=None, causal=False):
     """Softmax attention ``u_i = sum_j softmax_j(scale q_i^T k_j + log c_j) v_j`` through
     :func:`torch.nn.functional.scaled_dot_product_attention`, ``block_rows`` queries
     per call.
@@ -639,6 +1074,11 @@ def softmax_attend(q, k, v, *, scale, block_rows, counts=None):
     counts : Tensor of shape (..., N), default=None
         Multiplicity of every key slot, added to the scores as ``log c_j`` (an additive
         attention mask); None: one per position (no mask).
+    causal : bool, default=False
+        Query ``i`` attends to the keys ``j <= i`` only: a block of queries sees the
+        keys up to its last query, through ``is_causal`` when the block is the whole
+        sequence and a boolean mask otherwise. Not with ``counts`` (a multiset has no
+        order).
 
     Returns
     -------
@@ -653,7 +1093,12 @@ def softmax_attend(q, k, v, *, scale, block_rows, counts=None):
     >>> attention.softmax_attend(q, k, v, scale=1.0, block_rows=2,
     ...                          counts=torch.tensor([[3.0, 1.0]]))[0, :, 0]  # (3*0 + 4) / 4
     tensor([1., 1.])
+    >>> attention.softmax_attend(q, k, v, scale=1.0, block_rows=1, causal=True)[0, :, 0]
+    tensor([0., 2.])
     """
+    if causal and counts is not None:
+        raise ValueError("causal softmax attention takes no counts: a sequence in "
+                         "multiset form has no order.")
     lead, n, d = q.shape[:-2], q.shape[-2], v.shape[-1]
     width = max(q.shape[-1], d)
     q, k, v = (torch.nn.functional.pad(t, (0, width - t.shape[-1])).reshape(-1, 1, n, width)
@@ -661,9 +1106,18 @@ def softmax_attend(q, k, v, *, scale, block_rows, counts=None):
     mask = (None if counts is None else
             torch.log(counts.to(q.dtype)).expand(*lead, n).reshape(-1, 1, 1, n))
     rows = min(n, max(1, int(block_rows)))
-    u = torch.cat([
-        torch.nn.functional.scaled_dot_product_attention(
-            q[:, :, start:start + rows], k, v, attn_mask=mask, scale=scale)
-        for start in range(0, n, rows)
-    ], dim=-2)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    blocks = []
+    for start in range(0, n, rows):
+        qb = q[:, :, start:start + rows]
+        if not causal:
+            blocks.append(sdpa(qb, k, v, attn_mask=mask, scale=scale))
+        elif rows == n:
+            blocks.append(sdpa(qb, k, v, is_causal=True, scale=scale))
+        else:  # the keys up to the block's last query, masked above the diagonal
+            end = start + qb.shape[-2]
+            keep = causal_mask(qb.shape[-2], end, start=start, device=q.device)
+            blocks.append(sdpa(qb, k[:, :, :end], v[:, :, :end], attn_mask=keep,
+                               scale=scale))
+    u = torch.cat(blocks, dim=-2)
     return u[..., :d].reshape(*lead, n, d)

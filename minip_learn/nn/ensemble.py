@@ -60,6 +60,8 @@ def _fused_obstacle(template):
     """Why ``template`` cannot take the fused path (a sentence), or None if it can."""
     if getattr(type(template), "fused", None) != "kernel":
         return f"{type(template).__name__} declares no fused form"
+    if getattr(template, "ordered", False):
+        return "causal and positional heads depend on the order of the tokens (no fused form)"
     for role in ("query_features", "key_features"):
         fm = getattr(template, role)
         if fm.fused_form is None:

@@ -6,9 +6,12 @@ Both heads share a value map ``v(x)`` and a query-dependent affine readout
 
 Both also take sequences in multiset form: ``x`` holds the distinct tokens of every
 sequence (its slots) and the keyword ``counts`` (shape ``(batch, n_slots)``) how often
-each occurs, 0 for a padding slot. Neither head has a positional map, so the output at
-a slot equals the output of the materialised sequence at every position of that token
-(see :mod:`minip_learn.nn.attention`); a padding slot adds nothing to any sum.
+each occurs, 0 for a padding slot. Without a positional map and without a causal mask,
+the output at a slot equals the output of the materialised sequence at every position
+of that token (see :mod:`minip_learn.nn.attention`); a padding slot adds nothing to
+any sum. Causal heads (``causal=True``: position ``i`` attends to ``j <= i``) and
+heads with a positional map (``positional``) depend on the order of the tokens and
+refuse ``counts`` with a ValueError.
 
 * :class:`KernelAttentionHead` computes normalised kernel attention through the
   fixed-size sketch ``S = sum_j phi_K(x_j) v(x_j)^T``, ``s = sum_j phi_K(x_j)``:
@@ -183,6 +186,36 @@ class _Head(nn.Module):
         return self
 
 
+POSITIONAL = ("decay", "learned")
+
+
+def _check_order_options(causal, positional, decay, max_len):
+    """The checked ``(causal, positional, decay, max_len)`` of a kernel head."""
+    causal = bool(causal)
+    if positional is not None and positional not in POSITIONAL:
+        raise ValueError(f"positional must be one of {POSITIONAL} or None; got {positional!r}.")
+    if positional == "decay":
+        if decay is None:
+            raise ValueError("positional='decay' needs decay, the factor g in (0, 1] of "
+                             "alpha_ij = g^(i-j) <phi(x_i), phi(x_j)>; got decay=None.")
+        attention.log_decay(decay)
+        if not causal:
+            raise ValueError("positional='decay' needs causal=True: the decayed kernel "
+                             "g^(i-j) <phi(x_i), phi(x_j)> is defined for keys j <= i.")
+        decay = float(decay)
+    elif decay is not None:
+        raise ValueError(f"decay is the factor of positional='decay'; got decay={decay!r} "
+                         f"with positional={positional!r}.")
+    if positional == "learned":
+        if isinstance(max_len, bool) or not isinstance(max_len, (int, np.integer)) or max_len < 1:
+            raise ValueError("positional='learned' needs max_len, the longest sequence "
+                             f"(an int >= 1); got max_len={max_len!r}.")
+        max_len = int(max_len)
+    else:
+        max_len = None
+    return causal, positional, decay, max_len
+
+
 class KernelAttentionHead(_Head):
     """Normalised kernel attention of rank ``r`` computed through its sketch.
 
@@ -216,11 +249,44 @@ class KernelAttentionHead(_Head):
         exact normalisation whenever ``|den| >= denominator_eps`` and bounds the output
         by ``|num| / denominator_eps`` otherwise. Nonnegative kernels ignore it (their
         zero denominator, a query that sees no key, is replaced by 1).
+    causal : bool, default=False
+        Position ``i`` attends to the keys ``j <= i`` only
+        (:func:`minip_learn.nn.attention.causal_attend`: the masked explicit kernel
+        within blocks of :data:`~minip_learn.nn.attention.CAUSAL_CHUNK` positions,
+        the prefix sketch between them). :meth:`recurrent` computes the same outputs
+        token by token from a fixed-size state.
+    positional : {None, "decay", "learned"}, default=None
+        Position-dependent token maps. ``"decay"``: RetNet's normalised decayed
+        attention, ``phi_Q(x, i) = g^i phi_Q(x)`` and ``phi_K(x, j) = g^-j phi_K(x)``,
+        i.e. ``alpha_ij = g^(i-j) <phi_Q(x_i), phi_K(x_j)>`` (needs ``causal=True``;
+        computed from the offsets ``i - j >= 0``, never from ``g^-j``). ``"learned"``:
+        learned per-position log-weights of the features, ``phi_Q(x, i) =
+        exp(a_i) * phi_Q(x)`` and ``phi_K(x, j) = exp(b_j) * phi_K(x)`` (elementwise,
+        ``a, b`` of shape ``(max_len, rank)``, initialised to 0; log-domain maps add
+        them to their log-features). The kernel stays nonnegative for nonnegative
+        maps: every factor is positive. Causal or not.
+    decay : float in (0, 1], default=None
+        The factor ``g`` of ``positional="decay"`` (required there, refused
+        elsewhere).
+    max_len : int, default=None
+        Longest sequence of ``positional="learned"`` (required there; longer sequences
+        are a ValueError); ignored otherwise.
 
     Attributes
     ----------
     feature_mask : Tensor of shape (rank,) or None
         Optional rank mask (buffer, default None; see :meth:`features`).
+    position_query, position_key : Parameter of shape (max_len, rank)
+        The learned log-weights of ``positional="learned"``.
+
+    Notes
+    -----
+    Theorem coverage (:attr:`theorem`): the library's proof of the lower bound
+    (:ref:`theory-r4`, :ref:`theory-r5`) is for positionless maps. A causal head is
+    covered on final-query sequences: its output at the last position sees every
+    token and equals the non-causal head's output there. Positional maps are covered
+    by the paper's statement only (``theorem = "paper's claim"``); signed kernels by
+    neither (``"no"``, :ref:`theory-r7`).
 
     Examples
     --------
@@ -229,11 +295,21 @@ class KernelAttentionHead(_Head):
     >>> head = KernelAttentionHead(n_bits=6, rank=4)
     >>> head(torch.zeros(2, 3, 6)).shape, head.nonnegative
     (torch.Size([2, 3]), True)
+    >>> causal = KernelAttentionHead(6, 4, causal=True, positional="decay", decay=0.9)
+    >>> x = torch.rand(2, 5, 6)
+    >>> torch.allclose(causal(x), causal.recurrent(x)), causal.theorem
+    (True, "paper's claim")
     """
 
     #: batched form (read by :class:`~minip_learn.nn.HeadEnsemble`): the fused
     #: forward applies when the feature maps, value map and readout declare one too
+    #: (and the head is not :attr:`ordered`)
     fused = "kernel"
+    # defaults of heads built before these options existed (e.g. unpickled ones)
+    causal = False
+    positional = None
+    decay = None
+    max_len = None
 
     def __init__(
         self,
@@ -247,9 +323,15 @@ class KernelAttentionHead(_Head):
         shared_features=False,
         feature_kwargs=None,
         denominator_eps=1e-3,
+        causal=False,
+        positional=None,
+        decay=None,
+        max_len=None,
     ):
         super().__init__(n_bits, value_dim)
         self.denominator_eps = float(denominator_eps)
+        self.causal, self.positional, self.decay, self.max_len = _check_order_options(
+            causal, positional, decay, max_len)
         cls = get_feature_map(feature_map)
         kwargs = dict(feature_kwargs or {})
         if cls.encoder_options and not cls.requires_vocabulary:
@@ -263,6 +345,10 @@ class KernelAttentionHead(_Head):
             self.query_features if shared_features
             else make_feature_map(feature_map, n_bits, rank, **kwargs)
         )
+        if self.positional == "learned":
+            # learned log-weights of the query and key features at every position
+            self.position_query = nn.Parameter(torch.zeros(self.max_len, rank))
+            self.position_key = nn.Parameter(torch.zeros(self.max_len, rank))
 
     @property
     def nonnegative(self):
@@ -282,15 +368,41 @@ class KernelAttentionHead(_Head):
         )
 
     @property
+    def ordered(self):
+        """Whether the outputs depend on the order of the tokens (``causal`` or a
+        ``positional`` map): such a head takes no ``counts`` and has no fused form."""
+        return bool(self.causal or self.positional is not None)
+
+    @property
+    def theorem(self):
+        """Which statement covers this head: ``"yes"`` (the library's proof,
+        :ref:`theory-r4` and :ref:`theory-r5`: a nonnegative kernel of positionless
+        maps, causal or not -- a causal head's last output sees every token),
+        ``"paper's claim"`` (a nonnegative kernel of position-dependent maps, covered
+        by the paper's statement only) or ``"no"`` (a signed kernel,
+        :ref:`theory-r7`)."""
+        if not self.nonnegative:
+            return "no"
+        return "yes" if self.positional is None else "paper's claim"
+
+    @property
     def theorem_applies(self):
-        """Whether the certified lower bound (:ref:`theory-r4`, :ref:`theory-r5`) covers
-        this head.
+        """Whether the certified lower bound (:ref:`theory-r4`, :ref:`theory-r5`) as
+        proved in this library covers this head (:attr:`theorem` is ``"yes"``).
 
         A single head with an affine readout: the bound applies exactly when the
-        kernel is nonnegative (``nonnegative``). Signed kernels are outside it
-        (:ref:`theory-r7`).
+        kernel is nonnegative (``nonnegative``) and the maps are positionless (causal
+        or not). Signed kernels are outside it (:ref:`theory-r7`); positional maps are
+        covered by the paper's statement only.
         """
-        return bool(self.nonnegative)
+        return self.theorem == "yes"
+
+    def state_floats(self, seq_len=None):
+        """Floats a causal head carries from one token to the next in
+        :meth:`recurrent`: the sketch ``S`` (``rank x value_dim``) and ``s``
+        (``rank``), and for log-domain maps their running maximum (``rank``). The same
+        for every ``seq_len``."""
+        return self.rank * self.value_dim + self.rank * (2 if self.log_domain else 1)
 
     @property
     def single_head(self):
@@ -398,9 +510,38 @@ class KernelAttentionHead(_Head):
         heads of several ranks this way). See
         :func:`minip_learn.nn.attention.attention_features`.
         """
-        fq, fk = self._map_outputs(x)
+        fq, fk = self._with_positions(*self._map_outputs(x))
         return attention.attention_features(
             fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
+
+    def _with_positions(self, fq, fk):
+        """(Log-)features of the positions ``0 .. N-1`` with the learned positional
+        log-weights (``positional="learned"``; the identity otherwise)."""
+        if self.positional != "learned":
+            return fq, fk
+        n = fq.shape[-2]
+        if n > self.max_len:
+            raise ValueError(f"the sequences have {n} tokens, more than max_len={self.max_len} "
+                             "of this head's learned positional map (positional='learned').")
+        a, b = self.position_query[:n], self.position_key[:n]
+        if self.log_domain:
+            return fq + a, fk + b
+        return fq * torch.exp(a), fk * torch.exp(b)
+
+    def _check_counts(self, counts):
+        if counts is not None and self.ordered:
+            options = ", ".join(
+                (["causal=True"] if self.causal else [])
+                + ([f"positional={self.positional!r}"] if self.positional else []))
+            raise ValueError(f"a head with {options} depends on the order of the tokens and "
+                             "takes no counts (sequences in multiset form have no order).")
+
+    def _causal(self, x, v, fn, *extra):
+        """``fn`` of :mod:`minip_learn.nn.attention` on the head's (log-)features of
+        ``x`` (with positions), values ``v`` and ``extra``, with its options."""
+        fq, fk = self._with_positions(*self._map_outputs(x))
+        return fn(fq, fk, v, *extra, nonnegative=self.nonnegative, eps=self.denominator_eps,
+                  decay=self.decay, log_domain=self.log_domain, mask=self.feature_mask)
 
     def sketch(self, phi_k, v):
         """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v(x_j)^T`` (r x d),
@@ -424,8 +565,12 @@ class KernelAttentionHead(_Head):
         Short sequences (Min-IP's ``N = 3``) go through the explicit ``N x N`` kernel,
         longer ones through the sketch (:func:`minip_learn.nn.attention.attend`).
         ``counts`` (shape (..., seq_len)): the multiplicity of every slot of sequences
-        in multiset form (see the module docstring); None: one per position.
+        in multiset form (see the module docstring); None: one per position. Causal
+        heads: :func:`minip_learn.nn.attention.causal_attend`.
         """
+        self._check_counts(counts)
+        if self.causal:
+            return self._causal(x, self.value(x), attention.causal_attend)
         phi_q, phi_k = self.features(x)
         return attention.attend(phi_q, phi_k, self.value(x), nonnegative=self.nonnegative,
                                 eps=self.denominator_eps, counts=counts)
@@ -438,17 +583,54 @@ class KernelAttentionHead(_Head):
         ``coefficients``, e.g. :class:`AffineReadout`), shape (..., seq_len).
 
         Short sequences fold the readout into the explicit kernel
-        (:func:`minip_learn.nn.attention.head_output`).
+        (:func:`minip_learn.nn.attention.head_output`, causal heads:
+        :func:`minip_learn.nn.attention.causal_head_output`).
         """
-        phi_q, phi_k = self.features(x)
+        self._check_counts(counts)
         w, b = readout.coefficients(x)
+        if self.causal:
+            return self._causal(x, self.value(x), attention.causal_head_output, w, b)
+        phi_q, phi_k = self.features(x)
         return attention.head_output(phi_q, phi_k, self.value(x), w, b,
                                      nonnegative=self.nonnegative, eps=self.denominator_eps,
                                      counts=counts)
 
+    def recurrent(self, x):
+        """The outputs of a causal head computed token by token, shape (..., seq_len).
+
+        The recurrent form of :meth:`forward`
+        (:func:`minip_learn.nn.attention.recurrent_attend`): the prefix sketch
+        ``S_i = g S_{i-1} + phi_K(x_i) v(x_i)^T``, ``s_i = g s_{i-1} + phi_K(x_i)``
+        (``g = decay``, 1 without) is the only state carried from one token to the
+        next (:meth:`state_floats` floats), and ``y_i = rho_{x_i}(phi_Q(x_i)^T S_i /
+        phi_Q(x_i)^T s_i)``. Equal to :meth:`forward` up to rounding.
+
+        Parameters
+        ----------
+        x : Tensor of shape (..., seq_len, n_bits)
+
+        Returns
+        -------
+        Tensor of shape (..., seq_len)
+        """
+        if not self.causal:
+            raise ValueError("recurrent needs a causal head (causal=True): a non-causal "
+                             "head's output at i depends on the tokens after i.")
+        if self.readout is None:
+            raise ValueError("recurrent needs the head's own readout; this head has none "
+                             "(it is part of a KernelAttentionModel).")
+        u = self._causal(x, self.value(x), attention.recurrent_attend)
+        return self.readout(x, u)
+
     def attention_weights(self, x, counts=None):
         """Explicit ``(..., N, N)`` normalised kernel matrix (for checks and plots);
-        with ``counts``, the weight of each key slot counts its multiplicity."""
+        with ``counts``, the weight of each key slot counts its multiplicity. Causal
+        heads: zero above the diagonal."""
+        self._check_counts(counts)
+        if self.causal:  # the attended values of the unit vectors e_j: row i is u_i's weights
+            n = x.shape[-2]
+            eye = torch.eye(n, dtype=x.dtype, device=x.device).expand(*x.shape[:-2], n, n)
+            return self._causal(x, eye, attention.causal_attend)
         phi_q, phi_k = self.features(x)
         a = attention.pairwise_dots(phi_q, attention.weight_keys(phi_k, counts))
         return a / self._guard(a.sum(-1, keepdim=True))
@@ -582,6 +764,15 @@ class SoftmaxAttentionHead(_Head):
         sequences of at least ``FUSED_MIN_SEQ_LEN`` (64) tokens and the explicit form
         for shorter ones, where the scores are small and training keeps the explicit
         arithmetic.
+    causal : bool, default=False
+        Position ``i`` attends to the keys ``j <= i`` only: the scores above the
+        diagonal are ``-inf`` (explicit form), or the fused kernel's causal mask. A
+        causal head depends on the order of the tokens and takes no ``counts``.
+
+    Notes
+    -----
+    Softmax attention is not a normalised kernel of finite rank, so the lower bound
+    does not cover it (:attr:`theorem` is ``"no"``).
 
     Examples
     --------
@@ -595,7 +786,16 @@ class SoftmaxAttentionHead(_Head):
     >>> explicit = head.attention_weights(x) @ head.value(x)
     >>> torch.allclose(fused, explicit)
     True
+    >>> causal = SoftmaxAttentionHead(6, causal=True).double()
+    >>> torch.allclose(causal(x)[:, :10], causal(x[:, :10]))  # prefixes
+    True
     """
+
+    #: the lower bound does not cover softmax attention (not a finite-rank kernel)
+    theorem = "no"
+    theorem_applies = False
+    # default of heads built before the option existed (e.g. unpickled ones)
+    causal = False
 
     ALGORITHMS = ("auto", "fused", "explicit")
     #: Shortest sequence for which ``algorithm="auto"`` takes the fused kernel; shorter
@@ -608,8 +808,9 @@ class SoftmaxAttentionHead(_Head):
     FUSED_BLOCK_SCORES = 2**20
 
     def __init__(self, n_bits, *, score_dim=None, value_dim=None, temperature=1.0,
-                 score_init_scale=0.1, algorithm="auto"):
+                 score_init_scale=0.1, algorithm="auto", causal=False):
         super().__init__(n_bits, value_dim)
+        self.causal = bool(causal)
         if algorithm not in self.ALGORITHMS:
             raise ValueError(
                 f"algorithm must be one of {self.ALGORITHMS}; got {algorithm!r}.")
@@ -649,8 +850,15 @@ class SoftmaxAttentionHead(_Head):
     def attention_weights(self, x, counts=None):
         """Softmax attention matrix of shape (..., N, N) (explicit; for checks and plots);
         with ``counts``, ``log c_j`` joins the scores of key slot ``j``
-        (:func:`minip_learn.nn.attention.softmax_weights`)."""
-        return attention.softmax_weights(self.scores(x), counts)
+        (:func:`minip_learn.nn.attention.softmax_weights`); causal heads: zero above
+        the diagonal."""
+        self._check_counts(counts)
+        return attention.softmax_weights(self.scores(x), counts, causal=self.causal)
+
+    def _check_counts(self, counts):
+        if counts is not None and self.causal:
+            raise ValueError("a head with causal=True depends on the order of the tokens and "
+                             "takes no counts (sequences in multiset form have no order).")
 
     def uses_fused(self, seq_len):
         """Whether :meth:`forward` takes the fused kernel for sequences of ``seq_len``."""
@@ -677,9 +885,10 @@ class SoftmaxAttentionHead(_Head):
         n = x.shape[-2]
         if not self.uses_fused(n):
             return self.attention_weights(x, counts) @ v
+        self._check_counts(counts)
         return attention.softmax_attend(
             self.query(x), self.key(x), v, scale=1.0 / self.temperature,
-            block_rows=self.FUSED_BLOCK_SCORES // n, counts=counts)
+            block_rows=self.FUSED_BLOCK_SCORES // n, counts=counts, causal=self.causal)
 
     def forward(self, x, counts=None):
         return self.readout(x, self.attend(x, counts))

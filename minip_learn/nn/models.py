@@ -134,7 +134,10 @@ class KernelAttentionModel(nn.Module):
     **head_options
         Options of every head, passed to :class:`KernelAttentionHead` (whose defaults
         apply): ``feature_map``, ``value_dim``, ``feature_width``, ``feature_depth``,
-        ``shared_features``, ``feature_kwargs``, ``denominator_eps``.
+        ``shared_features``, ``feature_kwargs``, ``denominator_eps``, ``causal``,
+        ``positional``, ``decay``, ``max_len`` (every layer then attends causally, or
+        with its own positional maps; the residual stream is per token, so a causal
+        model's output at ``i`` depends on the tokens up to ``i`` only).
         ``feature_map="table"`` needs ``n_layers=1`` (a table is defined on the token
         bits only).
 
@@ -218,11 +221,37 @@ class KernelAttentionModel(nn.Module):
         return None
 
     @property
+    def causal(self):
+        """Whether the heads attend causally (position ``i`` to ``j <= i``)."""
+        return self.heads[0].causal
+
+    @property
+    def positional(self):
+        """The heads' positional map (None, ``"decay"`` or ``"learned"``)."""
+        return self.heads[0].positional
+
+    @property
+    def ordered(self):
+        """Whether the outputs depend on the order of the tokens (causal or positional
+        heads)."""
+        return self.heads[0].ordered
+
+    @property
+    def theorem(self):
+        """``"yes"``, ``"paper's claim"`` or ``"no"``: that of the single head
+        (:attr:`KernelAttentionHead.theorem
+        <minip_learn.nn.KernelAttentionHead.theorem>`), ``"no"`` for every other
+        configuration."""
+        head = self.single_head
+        return "no" if head is None else head.theorem
+
+    @property
     def theorem_applies(self):
-        """Whether the lower bound (:ref:`theory-r4`, :ref:`theory-r5`) covers this model:
-        one nonnegative head, one layer and an affine scalar readout. Everything else is
-        a variant outside the theorem (:ref:`theory-r7`)."""
-        return bool(self.single_head is not None and self.nonnegative)
+        """Whether the lower bound (:ref:`theory-r4`, :ref:`theory-r5`) as proved in this
+        library covers this model: one nonnegative head with positionless maps (causal
+        or not), one layer and an affine scalar readout. Everything else is a variant
+        outside the theorem (:ref:`theory-r7`)."""
+        return self.theorem == "yes"
 
     def forward(self, x, counts=None):
         """Outputs of shape (..., seq_len) (or (..., seq_len, n_outputs)).
@@ -230,7 +259,8 @@ class KernelAttentionModel(nn.Module):
         ``counts`` (shape (..., seq_len)): the multiplicity of every slot of sequences in
         multiset form (see :mod:`minip_learn.nn.heads`); every layer sees a sequence only
         through its multiset (the residual stream is per token), so the output at a
-        slot is that of every position of its token. None: one per position.
+        slot is that of every position of its token. None: one per position. Causal
+        and positional heads take no ``counts`` (a ValueError).
         """
         t = x
         for index, layer in enumerate(self.layers):

@@ -16,6 +16,9 @@ pairs, the chain trees, the claimed ratio bounds and the claimed rank, and check
    ``floor(n^2 / (n + sum 1/K_ij^2)) + 1``, or ``n`` when every row (or every column)
    of ``1/K`` sums to at most 1, computed with :class:`fractions.Fraction`.
 
+With ``query="last"`` (final-query Min-IP, the certificate's own mode by default) the
+three multisets of every step must each occur as a sequence whose final token is ``x``.
+
 Only the steps on the chains between designated keys are checked (the rest of a tree
 bears on no bound), and the family is read once, in slices, against the multisets those
 steps need: memory is that of the certificate plus one slice.
@@ -52,13 +55,14 @@ def _is_binary(X):
     return True
 
 
-def _multiset_codes(ids, counts, T, N):
+def _multiset_codes(ids, counts, T, N, last=None):
     """One integer per multiset given as (id, count) slots: ``(codes, ok)``.
 
     Equal ids in a row are merged; ``ok`` is False for rows of more than three distinct
     tokens (no wanted multiset has more). The code lists the three ids in increasing
-    order (``T`` for none) and the first two counts (the third is ``N`` minus them);
-    Python integers when it would not fit in int64.
+    order (``T`` for none) and the first two counts (the third is ``N`` minus them),
+    then, when ``last`` (one id per row) is given, the id of the final token; Python
+    integers when it would not fit in int64.
     """
     ids = np.where(counts > 0, ids, T).astype(np.int64)
     counts = np.where(ids < T, counts, 0).astype(np.int64)
@@ -77,17 +81,22 @@ def _multiset_codes(ids, counts, T, N):
         ids = np.concatenate([ids, np.full((len(ids), 3 - k), T)], axis=1)
         counts = np.concatenate([counts, np.zeros((len(ids), 3 - k), dtype=np.int64)], axis=1)
     ids, counts = ids[:, :3], counts[:, :3]
-    if float(T + 1) ** 3 * float(N + 1) ** 2 < 2.0 ** 62:
+    fin = None if last is None else np.asarray(last, dtype=np.int64)
+    if float(T + 1) ** (3 if fin is None else 4) * float(N + 1) ** 2 < 2.0 ** 62:
         codes = ((ids[:, 0] * (T + 1) + ids[:, 1]) * (T + 1) + ids[:, 2]) * (N + 1)
-        return (codes + counts[:, 0]) * (N + 1) + counts[:, 1], ok
+        codes = (codes + counts[:, 0]) * (N + 1) + counts[:, 1]
+        return (codes if fin is None else codes * (T + 1) + fin), ok
     codes = [(((a * (T + 1) + b) * (T + 1) + c) * (N + 1) + d) * (N + 1) + e
              for a, b, c, d, e in zip(*(col.tolist() for col in (*ids.T, *counts[:, :2].T)))]
+    if fin is not None:
+        codes = [code * (T + 1) + f for code, f in zip(codes, fin.tolist())]
     return codes, ok
 
 
 def _family_slots(X, lookup, m):
-    """Yield (ids, counts) of the family's sequences over the certificate's tokens, in
-    slices; a sequence holding a token the certificate does not know is left out."""
+    """Yield (ids, counts, final) of the family's sequences over the certificate's
+    tokens, in slices (``final``: the id of each sequence's final token); a sequence
+    holding a token the certificate does not know is left out."""
     if is_compact(X):                               # read its arrays, slice by slice
         packed = np.packbits(np.asarray(X.tokens, dtype=np.uint8), axis=1)
         remap = np.array([lookup.get(bytes(t), -1) for t in packed] + [-1], dtype=np.int64)
@@ -96,7 +105,11 @@ def _family_slots(X, lookup, m):
             counts = np.asarray(X.counts[a:a + CHUNK], dtype=np.int64)
             mapped = remap[ids]                     # padding (-1) reads the last entry
             known = ((mapped >= 0) | (counts == 0)).all(axis=1)
-            yield np.where(counts > 0, mapped, 0)[known], counts[known]
+            # materialised, slot after slot: the final token is the last slot counted
+            k = counts.shape[1]
+            final_slot = k - 1 - np.argmax(counts[:, ::-1] > 0, axis=1)
+            final = mapped[np.arange(len(ids)), final_slot]
+            yield np.where(counts > 0, mapped, 0)[known], counts[known], final[known]
         return
     n, N, _ = X.shape
     for a in range(0, n, CHUNK):
@@ -105,12 +118,14 @@ def _family_slots(X, lookup, m):
         uniq, inv = np.unique(part, return_inverse=True)
         ids_of_uniq = np.array([lookup.get(u.tobytes(), -1) for u in uniq], dtype=np.int64)
         ids = ids_of_uniq[inv.reshape(-1)].reshape(-1, N)
-        yield ids[(ids >= 0).all(axis=1)], np.ones((0, N), dtype=np.int64)
+        ids = ids[(ids >= 0).all(axis=1)]
+        yield ids, np.ones((0, N), dtype=np.int64), ids[:, -1]
 
 
-def _found_codes(X, tokens, want):
+def _found_codes(X, tokens, want, final_query=False):
     """Which of the sorted, distinct multiset codes ``want`` (an int64 array, or a list
-    of Python integers) the family holds.
+    of Python integers) the family holds (``final_query``: codes that also name the
+    final token, see :func:`_multiset_codes`).
 
     One pass over the family in slices of :data:`CHUNK` sequences: each slice's tokens
     are looked up in the certificate's token list, its multisets encoded over it and
@@ -122,10 +137,10 @@ def _found_codes(X, tokens, want):
     exact = not isinstance(want, np.ndarray)
     index = {code: i for i, code in enumerate(want)} if exact else None
     found = np.zeros(len(want), dtype=bool)
-    for ids, counts in (_family_slots(X, lookup, m) if len(want) else ()):
+    for ids, counts, final in (_family_slots(X, lookup, m) if len(want) else ()):
         if not counts.size:                         # materialised: every position once
             counts = np.ones(ids.shape, dtype=np.int64)
-        codes, ok = _multiset_codes(ids, counts, T, N)
+        codes, ok = _multiset_codes(ids, counts, T, N, final if final_query else None)
         if exact:
             found[[index[c] for c, good in zip(codes, ok) if good and c in index]] = True
             continue
@@ -135,7 +150,7 @@ def _found_codes(X, tokens, want):
     return found
 
 
-def verify_certificate(certificate, X, *, raise_on_failure=True):
+def verify_certificate(certificate, X, *, query=None, raise_on_failure=True):
     """Check a rank certificate against a family, independently of :func:`certify`.
 
     Parameters
@@ -146,6 +161,12 @@ def verify_certificate(certificate, X, *, raise_on_failure=True):
     X : array-like of shape (n_samples, seq_len, n_bits) or CompactFamily
         The family, 0/1 values, or the same family in multiset form (read slice by
         slice, never materialised).
+    query : {"all", "last"} or None, default=None
+        ``"last"``: final-query Min-IP, every sequence a chain step uses must have its
+        query as final token (for a CompactFamily: the token of its last real slot,
+        the final position of the materialised sequence). ``"all"``: any position.
+        None: the certificate's own ``query``; a value that differs from it is a
+        ``ValueError``.
     raise_on_failure : bool, default=True
         Raise a :class:`ValueError` naming the first failed check; otherwise return
         False.
@@ -160,7 +181,8 @@ def verify_certificate(certificate, X, *, raise_on_failure=True):
     ValueError
         With ``raise_on_failure=True``, on the first failed check (missing sequence,
         wrong overlap, a ratio bound the chain does not give, an inflated rank), and
-        always when the certificate and the family do not fit each other (shapes).
+        always when the certificate and the family do not fit each other (shapes),
+        or ``query`` is not the certificate's.
 
     Examples
     --------
@@ -185,13 +207,20 @@ def verify_certificate(certificate, X, *, raise_on_failure=True):
         if not _is_binary(X):
             raise ValueError("X must hold 0/1 values only.")
     c = certificate
+    mode = getattr(c, "query", "all")
+    if query is None:
+        query = mode
+    if not isinstance(query, str) or query not in ("all", "last"):
+        raise ValueError(f"query must be one of ['all', 'last'] or None; got {query!r}.")
+    if query != mode:
+        raise ValueError(f"the certificate is for query={mode!r}; got query={query!r}.")
     if X.shape[1:] != (c.seq_len, c.n_bits):
         raise ValueError(
             f"the certificate is for sequences of length {c.seq_len} over {c.n_bits} bits; "
             f"X has shape {X.shape}."
         )
     try:
-        _check(c, X)
+        _check(c, X, query == "last")
     except _Failure as exc:
         if raise_on_failure:
             raise ValueError(f"certificate rejected: {exc}") from None
@@ -271,7 +300,7 @@ def _row_chains(i, root, keys, tree, ov, N):
     return prod, None, (a, b)
 
 
-def _check(c, X):
+def _check(c, X, final_query):
     claim = int(c.certified_min_rank)
     if claim <= 1:
         if claim < 1:
@@ -309,7 +338,7 @@ def _check(c, X):
         _fail(f"claimed rank {claim} exceeds the {proved} that R5 gives from the ratio bounds")
     # last, the one pass over the family: every sequence the chains use is present
     si, sa, sb = (np.concatenate(col) for col in steps)
-    _check_family(X, tokens, q, si, sa, sb, N)
+    _check_family(X, tokens, q, si, sa, sb, N, final_query)
 
 
 def _check_row_claims(i, others, k, prod, ov, K_claim, D_claim):
@@ -372,10 +401,11 @@ def _proved_rank(K_claim, n):
 STEP_CHUNK = 1 << 22
 
 
-def _check_family(X, tokens, q, si, sa, sb, N):
+def _check_family(X, tokens, q, si, sa, sb, N, final_query=False):
     """Every S1, S2, S3 of the chain steps ``(row, a, b)`` is in the family:
     ``{x, a^(N-1)}``, ``{x, b^(N-1)}`` and ``{x, a, b^(N-2)}`` with ``x`` the row's
-    query, encoded slice by slice and looked up in one pass over the family."""
+    query (``final_query``: as a sequence whose final token is ``x``), encoded slice by
+    slice and looked up in one pass over the family."""
     T = len(tokens)
     patterns = (np.array([1, N - 1, 0]), np.array([1, N - 1, 0]), np.array([1, 1, N - 2]))
 
@@ -383,7 +413,7 @@ def _check_family(X, tokens, q, si, sa, sb, N):
         x, a, b = q[si[lo:hi]], sa[lo:hi], sb[lo:hi]
         ids = (np.stack([x, a, a], 1), np.stack([x, b, b], 1), np.stack([x, a, b], 1))[kind]
         counts = np.broadcast_to(patterns[kind], ids.shape)
-        return _multiset_codes(ids, counts, T, N)[0]
+        return _multiset_codes(ids, counts, T, N, x if final_query else None)[0]
 
     parts = []
     for lo in range(0, len(si), STEP_CHUNK):
@@ -398,7 +428,7 @@ def _check_family(X, tokens, q, si, sa, sb, N):
         parts.clear()
         want.sort()
         want = want[np.append(True, want[1:] != want[:-1])] if len(want) else want
-    found = _found_codes(X, tokens.astype(np.uint8), want)
+    found = _found_codes(X, tokens.astype(np.uint8), want, final_query)
     if found.all():
         return
     for lo in range(0, len(si), STEP_CHUNK):      # name the first step that misses one
@@ -412,4 +442,5 @@ def _check_family(X, tokens, q, si, sa, sb, N):
             if miss.any():
                 t = lo + int(np.argmax(miss))
                 _fail(f"row {int(si[t])}: sequence {('S1', 'S2', 'S3')[kind]} for query "
-                      f"{int(q[si[t]])}, keys {int(sa[t])} -> {int(sb[t])} is missing from X")
+                      f"{int(q[si[t]])}, keys {int(sa[t])} -> {int(sb[t])} is missing from X"
+                      + (" (with the query last)" if final_query else ""))

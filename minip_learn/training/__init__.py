@@ -11,7 +11,10 @@ holds much of it (:class:`TrimMemory`), and unpacks every member into an ordinar
 fitted net. Sequences in multiset form train through the same pipeline:
 ``train_members(..., counts=counts)`` with the tokens of their slots as ``X``; the
 modules get ``forward(x, counts=counts)`` (skorch passes a dict input as keyword
-arguments) and every slot's loss is weighted by its multiplicity.
+arguments) and every slot's loss is weighted by its multiplicity. Final-query targets
+(one per sequence, ``train_members(..., query="last")``) train through it too: the loss
+(:class:`LastPositionLoss`) and the errors (:func:`last_position_error`) read the last
+position of every sequence only.
 
 Layer: imports torch, skorch, numpy, :mod:`sklearn.utils` and
 :mod:`minip_learn.nn`, :mod:`minip_learn.metrics`; the estimators build on it.
@@ -29,12 +32,21 @@ from ._callbacks import (
     member_max_errors,
 )
 from ._members import build_net, train_members
-from ._net import BatchIterator, MemberLoss, MinIPHistory, MinIPNet, TrainLoss
+from ._net import (
+    BatchIterator,
+    LastPositionLoss,
+    MemberLoss,
+    MinIPHistory,
+    MinIPNet,
+    TrainLoss,
+    last_position_error,
+)
 
 __all__ = [
     "TRIM_EVERY",
     "TRIM_MIN_FREE",
     "BatchIterator",
+    "LastPositionLoss",
     "MemberLog",
     "MemberLoss",
     "MinIPHistory",
@@ -46,6 +58,7 @@ __all__ = [
     "TrimMemory",
     "absolute_error",
     "build_net",
+    "last_position_error",
     "member_max_errors",
     "train_members",
 ]

@@ -10,6 +10,7 @@ independent and Adam/AdamW/SGD act elementwise, so each member follows the traje
 of its own separate fit (up to floating-point rounding).
 """
 
+import functools
 import inspect
 import math
 import threading
@@ -31,12 +32,14 @@ from ._callbacks import (
     member_snapshot,
 )
 from ._net import (
+    LastPositionLoss,
     MemberLoss,
     MinIPHistory,
     MinIPNet,
     compact_input,
     input_counts,
     input_tokens,
+    last_position_error,
     module_forward,
 )
 
@@ -243,8 +246,23 @@ def _stack_groups(keys, nets):
     return [[keys[j] for j in group] for group in groups]
 
 
-def train_members(module, members, X, y, *, counts=None, criterion=torch.nn.MSELoss,
-                  error=absolute_error, n_init=1, batched_restarts=True,
+def _last_position(criterion, error, counts, y, n):
+    """The loss class and error of final-query targets (see :class:`LastPositionLoss`)."""
+    if counts is not None:
+        raise ValueError(
+            "final-query targets need materialised sequences: their order decides the "
+            "last position, which sequences in multiset form (counts) do not have.")
+    if tuple(y.shape) != (n,):
+        raise ValueError(
+            f"query='last' takes one target per sequence, y of shape ({n},); got "
+            f"{tuple(y.shape)}.")
+    return (functools.partial(LastPositionLoss, criterion),
+            functools.partial(last_position_error, error=error))
+
+
+def train_members(module, members, X, y, *, counts=None, query="all",
+                  criterion=torch.nn.MSELoss, error=absolute_error, n_init=1,
+                  batched_restarts=True,
                   optimizer=torch.optim.Adam, lr=0.01, weight_decay=0.0, max_epochs=100,
                   batch_size=None, stop_tolerance=None, split_every=None, callbacks=None,
                   dtype=torch.float32, device="cpu", verbose=0, progress=False):
@@ -282,6 +300,12 @@ def train_members(module, members, X, y, *, counts=None, criterion=torch.nn.MSEL
         the loss weights every slot by its multiplicity (so it is the loss of the
         materialised sequences) and the max errors leave padding out. None: every
         position counts once.
+    query : {"all", "last"}, default="all"
+        ``"all"``: ``y`` holds a target for every output position (shape ``(n_samples,
+        seq_len)``). ``"last"``: final-query targets, one per sequence (shape
+        ``(n_samples,)``), for the output at its last position only: the loss
+        (:class:`LastPositionLoss`) and the errors read that position, the others
+        have no target. Not with ``counts``.
     criterion : type, default=torch.nn.MSELoss
         Loss class of one member.
     error : callable, default=absolute_error
@@ -325,7 +349,9 @@ def train_members(module, members, X, y, *, counts=None, criterion=torch.nn.MSEL
     Raises
     ------
     ValueError
-        For ``callbacks`` or mini-batches with more than one member in a stack.
+        For ``callbacks`` or mini-batches with more than one member in a stack, or
+        ``query="last"`` with ``counts`` or a ``y`` of another shape than
+        ``(n_samples,)``.
 
     Examples
     --------
@@ -343,6 +369,10 @@ def train_members(module, members, X, y, *, counts=None, criterion=torch.nn.MSEL
     ([1, 3], [50, 50])
     """
     n = int(X.shape[0])
+    if query == "last":
+        criterion, error = _last_position(criterion, error, counts, y, n)
+    elif query != "all":
+        raise ValueError(f"query must be 'all' or 'last'; got {query!r}.")
     if counts is not None:
         X = compact_input(X, counts)
     seeds = []

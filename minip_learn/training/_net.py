@@ -23,9 +23,9 @@ from skorch import NeuralNet
 from skorch.callbacks import Callback, EpochTimer
 from skorch.history import History
 
-__all__ = ["BatchIterator", "MemberLoss", "MinIPHistory", "MinIPNet", "TrainLoss",
-           "compact_input", "input_counts", "input_tokens", "module_forward",
-           "weighted_loss"]
+__all__ = ["BatchIterator", "LastPositionLoss", "MemberLoss", "MinIPHistory", "MinIPNet",
+           "TrainLoss", "compact_input", "input_counts", "input_tokens", "last_position_error",
+           "module_forward", "weighted_loss"]
 
 
 def compact_input(tokens, counts):
@@ -110,6 +110,70 @@ def weighted_loss(loss, y_pred, y, weights):
             f"the loss {type(loss).__name__} takes no per-position weights "
             "(forward(y_pred, y, weights=...)), which sequences in multiset form need.")
     return loss(y_pred, y, weights=weights)
+
+
+class LastPositionLoss(torch.nn.Module):
+    """The loss of one head on the output at the last position of every sequence only:
+    final-query targets, one per sequence.
+
+    Outputs at earlier positions get no gradient and no target; ``y_pred`` has the
+    positions on its second axis (``(n, seq_len)`` real outputs or ``(n, seq_len,
+    n_classes)`` logits) and ``y`` one target per sequence, shape ``(n,)``.
+
+    Parameters
+    ----------
+    loss : type, default=torch.nn.MSELoss
+        The loss class of one head (built with no arguments).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.training import LastPositionLoss
+    >>> crit = LastPositionLoss()
+    >>> y_pred = torch.tensor([[9.0, 1.0], [-5.0, 2.0]])  # earlier positions ignored
+    >>> crit(y_pred, torch.tensor([1.0, 0.0])).item()
+    2.0
+    """
+
+    def __init__(self, loss=torch.nn.MSELoss):
+        super().__init__()
+        self.loss = loss()
+
+    def forward(self, y_pred, y, weights=None):
+        if weights is not None:
+            raise ValueError(
+                "final-query targets need materialised sequences: their order decides "
+                "the last position, which sequences in multiset form do not have.")
+        return self.loss(y_pred[:, -1], y)
+
+
+def last_position_error(y_pred, y, *, error):
+    """``error`` of the output at the last position of every sequence, for
+    final-query targets (see :class:`LastPositionLoss`).
+
+    Parameters
+    ----------
+    y_pred : Tensor of shape (n_members, n, seq_len, ...)
+        The outputs of every member, members leading.
+    y : Tensor of shape (n,)
+        One target per sequence.
+    error : callable
+        ``error(y_pred, y)`` of every output position (e.g.
+        :func:`~minip_learn.training.absolute_error`).
+
+    Returns
+    -------
+    Tensor of shape (n_members, n, ...)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.training import absolute_error, last_position_error
+    >>> y_pred = torch.tensor([[[9.0, 1.5], [7.0, 0.0]]])  # one member, 2 sequences
+    >>> last_position_error(y_pred, torch.tensor([1.0, 1.0]), error=absolute_error)
+    tensor([[0.5000, 1.0000]])
+    """
+    return error(y_pred[:, :, -1], y)
 
 
 class MinIPHistory(History):

@@ -1,0 +1,281 @@
+"""Any sequence mixer as a regressor: the built-in mixers of :mod:`minip_learn.nn`
+(kernel, RetNet, linear, gated and delta-rule attention, a selective SSM, causal
+softmax) or a user's torch module, trained through the pipeline of the heads."""
+
+import numpy as np
+import torch
+
+from .._validation import distinct_tokens
+from ..compact import is_compact
+from ..nn.mixers import check_mixer_output, get_mixer, make_mixer, mixer_name
+from ._base import AttentionEstimator, AttentionRegressorMixin
+
+__all__ = ["SequenceMixerRegressor"]
+
+
+def _check_mixer(value, name):
+    get_mixer(value)  # a ValueError naming the valid names
+    return value
+
+
+def _build_mixer(mixer, n_bits, state_size, mixer_kwargs=None):
+    """The module of :class:`SequenceMixerRegressor`:
+    ``make_mixer(mixer, n_bits, state_size, **mixer_kwargs)`` (the net's ``module``,
+    built from its ``module__*`` parameters)."""
+    return make_mixer(mixer, n_bits, state_size, **(mixer_kwargs or {}))
+
+
+def _declared_state(module, seq_len):
+    """The floats ``module`` declares it carries between tokens after ``seq_len``
+    tokens (``state_floats``), or None when it declares none (a user's module)."""
+    state_floats = getattr(module, "state_floats", None)
+    if not callable(state_floats):
+        return None
+    try:
+        value = state_floats(seq_len)
+    except NotImplementedError:
+        return None
+    return None if value is None else int(value)
+
+
+class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
+    """Any sequence mixer as a regressor: one real output per position.
+
+    The module is ``make_mixer(mixer, n_bits, state_size, **mixer_kwargs)`` (see
+    :func:`minip_learn.nn.make_mixer`): an :class:`torch.nn.Module` that maps float
+    tokens of shape ``(batch, seq_len, n_bits)`` to outputs ``(batch, seq_len)``.
+    Training, restarts (``n_init``), stopping (``stop_tolerance``) and callbacks are
+    those of the attention heads (:func:`~minip_learn.training.train_members`), and so
+    are final-query targets (a ``y`` of shape ``(n_samples,)`` for 3-D ``X``: the
+    loss reads the last position only). ``fit_members`` trains several seeds of a
+    registered mixer as one stack; a user's module trains one by one. Mixers read the
+    order of the tokens, so ``X`` must hold materialised sequences (no
+    :class:`~minip_learn.compact.CompactFamily`).
+
+    Parameters
+    ----------
+    mixer : str, Mixer subclass or callable, default="kernel"
+        A registered mixer (see :func:`minip_learn.nn.available_mixers` and
+        :func:`minip_learn.nn.mixer_table`: ``"kernel"``, ``"retnet"``, ``"linear"``,
+        ``"gla"``, ``"deltanet"``, ``"mamba"``, ``"softmax"``), a
+        :class:`~minip_learn.nn.Mixer` subclass, or a user's module: any
+        :class:`torch.nn.Module` class or factory called as
+        ``mixer(n_bits, state_size, **mixer_kwargs)``. Fit runs the module once on the
+        first batch (:func:`~minip_learn.nn.check_mixer_output`): a ValueError naming
+        the mixer when it cannot be built, returns the wrong shape or NaN. The
+        estimator pickles and clones when the class is importable.
+    state_size : int, default=8
+        Size of the mixer's state (the rank of kernel attention, the state dimension
+        of the others; see each mixer's ``state_floats``).
+    mixer_kwargs : dict, default=None
+        Extra keyword arguments of the mixer.
+    lr : float, default=0.01
+        Learning rate.
+    max_epochs : int, default=2000
+    batch_size : int, default=None
+        Mini-batch size; ``None`` trains full-batch.
+    optimizer : {"adam", "adamw", "sgd"}, default="adam"
+    weight_decay : float, default=0.0
+    stop_tolerance, n_init, callbacks, dtype, device, random_state, verbose
+        As in :class:`KernelAttentionRegressor`.
+
+    Attributes
+    ----------
+    net_ : skorch.NeuralNet
+        The trained skorch net; ``net_.module_`` is the mixer module.
+    n_epochs_ : int
+    init_errors_ : list of float
+    solved_ : bool
+    train_max_error_ : float
+    n_bits_, seq_len_, n_features_in_ : int
+        As in :class:`KernelAttentionRegressor`.
+    query_ : {"all", "last"}
+        ``"last"`` after a fit on final-query targets (``predict`` then returns one
+        output per sequence).
+    state_floats_ : int or None
+        Floats the mixer carries from one token to the next at the training
+        ``seq_len`` (its ``state_floats(seq_len)`` declaration); None for a user's
+        module, which declares nothing.
+    theorem_ : {"yes", "paper's claim", "no"} or None
+        Whether the certified lower bound covers the mixer (its declaration; see
+        :func:`~minip_learn.nn.mixer_table`); None for a user's module.
+
+    Examples
+    --------
+    Causal kernel attention, which the lower bound covers, with its declared state
+    ``r (d + 1)`` floats; final-query targets (one per sequence):
+
+    >>> from minip_learn import SequenceMixerRegressor
+    >>> from minip_learn.datasets import make_minip
+    >>> X, y = make_minip(64, seq_len=3, n_bits=6, query="last", random_state=0)
+    >>> est = SequenceMixerRegressor("kernel", state_size=4, max_epochs=50,
+    ...                              random_state=0).fit(X, y)
+    >>> est.theorem_, est.state_floats_, est.query_, est.predict(X).shape
+    ('yes', 28, 'last', (64,))
+
+    A user's module: a causal running mean of learned token maps.
+
+    >>> import torch
+    >>> class RunningMean(torch.nn.Module):
+    ...     def __init__(self, n_bits, state_size):
+    ...         super().__init__()
+    ...         self.key = torch.nn.Linear(n_bits, state_size)
+    ...         self.out = torch.nn.Linear(n_bits + state_size, 1)
+    ...     def forward(self, x):
+    ...         steps = torch.arange(1, x.shape[1] + 1, dtype=x.dtype)[:, None]
+    ...         h = self.key(x).cumsum(1) / steps
+    ...         return self.out(torch.cat([x, h], -1)).squeeze(-1)
+    >>> X, y = make_minip(64, seq_len=3, n_bits=6, random_state=0)
+    >>> est = SequenceMixerRegressor(RunningMean, state_size=4, max_epochs=20,
+    ...                              random_state=0).fit(X, y)
+    >>> est.predict(X).shape, est.state_floats_, est.theorem_
+    ((64, 3), None, None)
+    """
+
+    _parameter_constraints = {
+        **AttentionEstimator._parameter_constraints,
+        "mixer": _check_mixer,
+        "state_size": ("int", {"min": 1}),
+        "mixer_kwargs": ("instance", {"types": (dict,), "none": True,
+                                      "what": "a dict or None"}),
+    }
+
+    def __init__(
+        self,
+        mixer="kernel",
+        state_size=8,
+        *,
+        mixer_kwargs=None,
+        lr=0.01,
+        max_epochs=2000,
+        batch_size=None,
+        optimizer="adam",
+        weight_decay=0.0,
+        stop_tolerance=0.25,
+        n_init=1,
+        callbacks=None,
+        dtype="float32",
+        device="cpu",
+        random_state=None,
+        verbose=0,
+    ):
+        self.mixer = mixer
+        self.state_size = state_size
+        self.mixer_kwargs = mixer_kwargs
+        self.lr = lr
+        self.max_epochs = max_epochs
+        self.batch_size = batch_size
+        self.optimizer = optimizer
+        self.weight_decay = weight_decay
+        self.stop_tolerance = stop_tolerance
+        self.n_init = n_init
+        self.callbacks = callbacks
+        self.dtype = dtype
+        self.device = device
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # -- the module ------------------------------------------------------------------
+    def _module_class(self, module_params):
+        return _build_mixer
+
+    def _module_params(self, X, checked, fitted):
+        kwargs = dict(checked["mixer_kwargs"] or {})
+        cls = get_mixer(checked["mixer"])
+        data_kwargs = getattr(cls, "data_kwargs", None)
+        if data_kwargs is not None:  # e.g. the token table of a kernel mixer's map
+            kwargs.update(data_kwargs(distinct_tokens(X.reshape(-1, X.shape[2])), **kwargs))
+        params = dict(mixer=checked["mixer"], n_bits=X.shape[2],
+                      state_size=checked["state_size"], mixer_kwargs=kwargs)
+        batch = X[:checked["batch_size"] or len(X)]
+        self._check_module(params, batch, checked["dtype"])
+        return params
+
+    @staticmethod
+    def _check_module(params, batch, dtype):
+        """Build the mixer as training will and run it on the first ``batch`` (a
+        ValueError naming the mixer), leaving torch's RNG as it was."""
+        x = torch.tensor(np.asarray(batch), dtype=dtype)
+        with torch.random.fork_rng(devices=[]):
+            try:
+                module = _build_mixer(**params).to(dtype)
+            except ValueError:
+                raise
+            except Exception as exc:  # a user's factory may raise anything: name it
+                raise ValueError(
+                    f"mixer={mixer_name(params['mixer'])!r} could not be built as "
+                    f"mixer(n_bits={params['n_bits']}, state_size={params['state_size']}, "
+                    f"**mixer_kwargs): {type(exc).__name__}: {exc}") from exc
+            check_mixer_output(module, x, params["mixer"])
+
+    def _stackable(self, module_params):
+        # the registered mixers run vectorised over a stack's members (torch.func.vmap);
+        # a user's module may not
+        if isinstance(module_params["mixer"], str):
+            return None
+        return "with a user's mixer (a module class or factory)"
+
+    # -- validation and fitted state -------------------------------------------------
+    def _validate_X(self, X, *, reset):
+        if is_compact(X):
+            raise ValueError(
+                "mixers see token order; pass materialised sequences, X of shape "
+                "(n_sequences, seq_len, n_bits) in their order, not a CompactFamily, to "
+                "SequenceMixerRegressor.")
+        return super()._validate_X(X, reset=reset)
+
+    def _set_fitted_state(self, member, data, module_params, fitted, tokens=None):
+        super()._set_fitted_state(member, data, module_params, fitted)
+        self._set_declarations(data.seq_len)
+        return self
+
+    def _set_fitted_module(self, module):
+        super()._set_fitted_module(module)
+        self._set_declarations(None)
+        return self
+
+    def _set_declarations(self, seq_len):
+        """``theorem_`` and ``state_floats_`` from the module's declarations."""
+        module = self.net_.module_
+        self.theorem_ = getattr(module, "theorem", None)
+        self.state_floats_ = None if seq_len is None else _declared_state(module, seq_len)
+
+    # -- prediction ------------------------------------------------------------------
+    def predict(self, X):
+        """Real-valued outputs ``p_i`` for every token.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
+            Sequences of any length; tokens must have the ``n_bits`` seen in fit.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples, seq_len), or (n_samples,) for 2-D X
+            After a fit on final-query targets (``query_ = "last"``), shape
+            (n_samples,): the output at the last position of every sequence.
+
+        Raises
+        ------
+        ValueError
+            When the mixer gives NaN outputs.
+        """
+        out = super().predict(X)
+        bad = np.isnan(out)
+        if bad.any():
+            rows = int(bad.reshape(len(out), -1).any(axis=1).sum())
+            raise ValueError(
+                f"mixer={mixer_name(self.mixer)!r} gives NaN outputs on {rows} of the "
+                f"{len(out)} sequences.")
+        return out
+
+    def _predict_bytes_per_sequence(self, seq_len, itemsize):
+        # tokens, outputs and a state per position (prefix forms), and the masked
+        # seq_len x seq_len scores of the whole-sequence forms
+        state = _declared_state(self.net_.module_, 1)
+        if state is None:
+            state = self.state_size * (self.n_bits_ + 1)
+        return 4 * (seq_len * (self.n_bits_ + 1 + state) + seq_len * seq_len) * itemsize
+
+    def _predict_cost_note(self):
+        return "a mixer's whole-sequence form takes seq_len^2 time and memory"

@@ -1,0 +1,271 @@
+"""The mixers recipe: a state-size leaderboard of sequence mixers on final-query Min-IP.
+
+Every registered mixer (:func:`~minip_learn.nn.available_mixers`: causal normalised
+kernel attention, RetNet-style decayed attention, unnormalised linear attention, GLA,
+DeltaNet, a Mamba-style selective SSM and causal softmax) is trained as a
+:class:`~minip_learn.SequenceMixerRegressor` over a grid of state sizes and seeds on
+witness families in final-query form (the query token last, one target per sequence),
+whose minimum rank for a normalised nonnegative kernel head is certified (and, for the
+exact families of :ref:`theory-r9`, known exactly). For the mixers the theorem covers,
+the certified rank is a proven line; for the others the leaderboard measures where
+they stand next to it.
+"""
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.utils import Bunch
+
+from ..datasets import make_witness_suite
+from ..estimators import SequenceMixerRegressor
+from ..nn import available_mixers, get_mixer
+from ._shared import Recipe, display, fmt, report, settings_text
+
+__all__ = ["SETTINGS", "mixers_experiment", "state_grid"]
+
+#: The grids and training settings: ``SETTINGS["quick" | "full"]``. ``mixers=None``
+#: means every registered mixer; ``state_sizes=None`` the grid :func:`state_grid`
+#: around each family's certified rank. ``mixer_kwargs``: extra keyword arguments of
+#: a mixer, by name.
+SETTINGS = {
+    # quick: the exact m = 8 family (14 words, N = 15, 280 sequences, exact rank 14)
+    "quick": dict(
+        families=(dict(n_bits=8, construction="exact"),),
+        mixers=None,
+        state_sizes=None,
+        seeds=(0,),
+        mixer=dict(max_epochs=300, stop_tolerance=0.5, lr=0.03),
+        mixer_kwargs=dict(kernel={"feature_map": "table"}, retnet={"feature_map": "table"}),
+    ),
+    # full: the exact families of m = 8 and 12 (exact ranks 14 and 80) and the
+    # Hadamard family R6 at m = 24 (length 3, certified rank 17), three seeds
+    "full": dict(
+        families=(dict(n_bits=8, construction="exact"),
+                  dict(n_bits=12, construction="exact"),
+                  dict(n_bits=24, seq_len=3, construction="auto")),
+        mixers=None,
+        state_sizes=None,
+        seeds=(0, 1, 2),
+        mixer=dict(max_epochs=1500, stop_tolerance=0.5, lr=0.03, batch_size=2048),
+        mixer_kwargs=dict(kernel={"feature_map": "table"}, retnet={"feature_map": "table"}),
+    ),
+}
+
+#: mixers whose solving below the certified rank would contradict the bound: proven
+#: (``"yes"``) or stated by the paper (``"paper's claim"``)
+COVERED = ("yes", "paper's claim")
+
+
+def state_grid(certified_min_rank):
+    """State sizes around a certified rank ``b``: ``b/4, b/2, b-1, b, 2b, 4b``.
+
+    Examples
+    --------
+    >>> from minip_learn.experiments.mixers import state_grid
+    >>> state_grid(14)
+    [3, 7, 13, 14, 28, 56]
+    """
+    b = int(certified_min_rank)
+    return sorted({s for s in (b // 4, b // 2, b - 1, b, 2 * b, 4 * b) if s >= 1})
+
+
+def _family_name(params):
+    return f"{params.get('construction', 'auto')}-m{params['n_bits']}"
+
+
+def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
+                      figures=True, ensemble=False, **settings):
+    """A leaderboard of sequence mixers: state needed to solve final-query Min-IP.
+
+    For every family of ``families`` (:func:`~minip_learn.datasets.make_witness_suite`
+    arguments, built with ``query="last"``) and every mixer of ``mixers``, a
+    :class:`~minip_learn.SequenceMixerRegressor` is fitted at every state size and
+    seed. Per family and mixer: the theorem's coverage (``"yes"``: proven on the
+    theory page; ``"paper's claim"``: stated by the paper, not proven here; ``"no"``),
+    the certified minimum rank, the smallest state size at which some seed solves
+    every sequence (``smallest_solving_state``; for the kernel-attention mixers it is
+    their rank, ``smallest_solving_rank``), the floats that state carries from one
+    token to the next, the solved fraction over seeds there, and the mean fit time.
+    A covered mixer that solves below the certified rank is a bug: the check
+    ``no_covered_mixer_solved_below_bound`` fails and ``minip-learn reproduce mixers``
+    exits with status 1. The check ``recurrent_equals_parallel`` runs each mixer's
+    best fit token by token (its recurrent form, a fixed-size state) and compares with
+    its parallel form on the family.
+
+    Parameters
+    ----------
+    quick : bool, default=True
+        ``SETTINGS["mixers"]["quick"]`` or ``["full"]``.
+    out, n_jobs, devices, progress, figures, ensemble
+        As in :func:`~minip_learn.experiments.witness_experiment` (figure:
+        ``leaderboard.png``; ``ensemble`` does not apply to mixers).
+    **settings
+        Overrides: ``families``, ``mixers`` (list of names), ``state_sizes`` (list of
+        ints, or None for :func:`state_grid` per family), ``seeds``, ``mixer``
+        (estimator parameters of every fit), ``mixer_kwargs`` (name -> keyword
+        arguments of that mixer).
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``results`` (one row per fit), ``summary`` (one row per family and mixer:
+        ``family``, ``n_bits``, ``seq_len``, ``n_sequences``, ``mixer``, ``theorem``,
+        ``certified_min_rank``, ``smallest_solving_state``,
+        ``smallest_solving_state_floats``, ``smallest_solving_rank``,
+        ``solved_fraction``, ``solved_by_state``, ``fit_time``), ``markdown``,
+        ``checks``, ``figures``, ``files``, ``settings``, ``elapsed``.
+
+    Examples
+    --------
+    >>> from minip_learn.experiments import mixers_experiment
+    >>> res = mixers_experiment(mixers=["kernel"], state_sizes=[2], mixer={"max_epochs": 5},
+    ...                         progress=False, figures=False)
+    >>> res.summary[["mixer", "theorem", "certified_min_rank"]].values.tolist()
+    [['kernel', 'yes', 14]]
+    """
+    recipe = Recipe("mixers", SETTINGS, quick=quick, out=out, n_jobs=n_jobs,
+                    devices=devices, progress=progress, figures=figures, ensemble=False,
+                    overrides=settings)
+    cfg = recipe.cfg
+    names = list(cfg["mixers"] or available_mixers())
+    for name in names:
+        get_mixer(name)  # an unknown name fails before any fit
+    parts, rows, agree = [], [], {}
+    for params in cfg["families"]:
+        suite = make_witness_suite(**params, query="last")
+        fam = _family_name(params)
+        bound = int(suite.certified_min_rank)
+        sizes = sorted(int(s) for s in (cfg["state_sizes"] or state_grid(bound)))
+        for name in names:
+            est = SequenceMixerRegressor(mixer=name,
+                                         mixer_kwargs=cfg["mixer_kwargs"].get(name),
+                                         **cfg["mixer"])
+            res = recipe.sweep(est, suite.X, suite.y, name=f"mixers-{fam}-{name}",
+                               param_grid={"state_size": sizes}, seeds=list(cfg["seeds"]),
+                               certified_min_rank=bound, tags={"mixer": name, "family": fam},
+                               estimators=True)
+            fits = res.results.reset_index(drop=True)
+            ests = [res.estimators[f] for f in fits["fit_id"]]
+            fits["theorem"] = [e.theorem_ for e in ests]
+            fits["state_floats"] = [e.state_floats_ for e in ests]
+            parts.append(fits)
+            rows.append(_summary_row(suite, fam, name, bound, fits))
+            agree[f"{fam}/{name}"] = _recurrent_gap(ests, fits, suite.X)
+    results = pd.concat(parts, ignore_index=True)
+    summary = pd.DataFrame(rows)
+    covered = results[results["theorem"].isin(COVERED)]
+    below = covered["state_size"] < covered["certified_min_rank"]
+    checks = {
+        "no_covered_mixer_solved_below_bound": bool(
+            not covered.loc[below, "solved"].astype(bool).any()),
+        "recurrent_equals_parallel": bool(max(agree.values()) < 1e-6),
+    }
+    markdown = _markdown(cfg, summary, checks, agree)
+    figs = {"leaderboard": _figure(results, summary)} if figures else {}
+    return recipe.finish(Bunch(results=results, summary=summary, markdown=markdown,
+                               checks=checks, recurrent_gap=agree, figures=figs),
+                         table=display(summary, _display_row))
+
+
+def _summary_row(suite, fam, name, bound, fits):
+    solved = fits["solved"].astype(bool)
+    per_state = fits.groupby("state_size")["solved"].agg(["sum", "count"])
+    solving = per_state.index[per_state["sum"] > 0]
+    smallest = int(solving.min()) if len(solving) else None
+    at = fits[fits["state_size"] == smallest] if smallest is not None else fits.iloc[:0]
+    theorem = fits["theorem"].iloc[0]
+    kernel_like = theorem in COVERED
+    return dict(
+        family=fam,
+        n_bits=int(suite.X.shape[2]),
+        seq_len=int(suite.X.shape[1]),
+        n_sequences=int(suite.X.shape[0]),
+        mixer=name,
+        theorem=theorem,
+        certified_min_rank=bound,
+        smallest_solving_state=smallest,
+        smallest_solving_state_floats=(int(at["state_floats"].iloc[0])
+                                       if len(at) and at["state_floats"].notna().all()
+                                       else None),
+        smallest_solving_rank=smallest if kernel_like else None,
+        solved_fraction=float(at["solved"].astype(bool).mean()) if len(at) else 0.0,
+        solved_by_state=" ".join(f"{s}:{int(r['sum'])}/{int(r['count'])}"
+                                 for s, r in per_state.iterrows()),
+        n_solved=int(solved.sum()),
+        n_fits=int(len(fits)),
+        fit_time=float(fits["fit_time"].mean()),
+    )
+
+
+def _recurrent_gap(ests, fits, X, n=64):
+    """Largest |parallel - recurrent| output of the mixer's best fit on ``X[:n]``."""
+    best = int(np.argmin(fits["max_abs_error"].to_numpy()))
+    module = ests[best].net_.module_
+    x = torch.as_tensor(np.asarray(X[:n]), dtype=torch.float64)
+    module = module.to(torch.float64)
+    with torch.no_grad():
+        return float((module(x) - module.recurrent(x)).abs().max())
+
+
+def _display_row(r):
+    return {
+        "family": r["family"],
+        "mixer": r["mixer"],
+        "theorem": r["theorem"],
+        "certified rank": fmt(r["certified_min_rank"]),
+        "smallest solving state": fmt(r["smallest_solving_state"]),
+        "state floats there": fmt(r["smallest_solving_state_floats"]),
+        "solved there": fmt(r["solved_fraction"]),
+        "solved per state (k/n)": r["solved_by_state"],
+        "fit time (s)": fmt(r["fit_time"]),
+    }
+
+
+def _markdown(cfg, summary, checks, agree):
+    fams = ", ".join(
+        f"`{r.family}` ({r.n_sequences} sequences of length {r.seq_len}, certified rank "
+        f"{r.certified_min_rank})"
+        for r in summary.drop_duplicates("family").itertuples())
+    return report(
+        "Sequence mixers on final-query Min-IP: state needed against the certified rank",
+        f"Families in final-query form (the query token last): {fams}. Fits: "
+        + settings_text(cfg["mixer"]) + f"; seeds {list(cfg['seeds'])}. *Theorem*: "
+        "'yes' when the lower bound is proven for the mixer (a normalised nonnegative "
+        "kernel head; its state size is its rank), 'paper's claim' when the paper states "
+        "it (position-dependent maps), 'no' outside it. *Smallest solving state*: the "
+        "smallest state size of the grid at which some seed solves every sequence "
+        "('-': none); *state floats*: what that state carries from one token to the "
+        "next. Largest |parallel - recurrent| output over the fits checked: "
+        f"{max(agree.values()):.2g}.",
+        display(summary, _display_row), checks,
+        labels={"no_covered_mixer_solved_below_bound":
+                "no mixer covered by the bound (proven or the paper's claim) solved below "
+                "the certified rank",
+                "recurrent_equals_parallel":
+                "every mixer's recurrent form gives its parallel outputs (within 1e-6)"})
+
+
+def _figure(results, summary):
+    import matplotlib.pyplot as plt
+
+    fams = list(dict.fromkeys(summary["family"]))
+    fig, axes = plt.subplots(1, len(fams), figsize=(5.5 * len(fams), 4.2),
+                             layout="constrained", squeeze=False)
+    for ax, fam in zip(axes[0], fams):
+        part = results[results["family"] == fam]
+        bound = int(summary.loc[summary["family"] == fam, "certified_min_rank"].iloc[0])
+        for i, (name, g) in enumerate(part.groupby("mixer", sort=True)):
+            frac = g.groupby("state_size")["solved"].apply(lambda s: s.astype(bool).mean())
+            covered = g["theorem"].iloc[0] in COVERED
+            ax.plot(frac.index, frac.to_numpy(), marker="o", color=f"C{i}",
+                    linestyle="-" if covered else "--", label=f"{name} ({g['theorem'].iloc[0]})")
+        ax.axvline(bound, color="k", linestyle=":", label=f"certified rank {bound}")
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel("state size (rank / key dimension)")
+        ax.set_ylabel("solved fraction over seeds")
+        ax.set_title(fam)
+    axes[0][-1].legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.suptitle("Final-query Min-IP: solved fraction against state size "
+                 "(solid: covered by the bound, dashed: not)")
+    return fig

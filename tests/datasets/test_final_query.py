@@ -1,0 +1,149 @@
+"""Final-query Min-IP in the data layer: targets of the last token only, random
+sequences, witness suites with every query moved last, and the metrics on (n,) targets."""
+
+import numpy as np
+import pytest
+
+from minip_learn.compact import MATERIALIZE_MAX_BYTES, CompactFamily
+from minip_learn.datasets import make_minip, make_witness_suite, minip_targets
+from minip_learn.metrics import (
+    get_scorers,
+    max_abs_error,
+    sequence_exact_match,
+    solved,
+    token_accuracy,
+)
+
+
+def brute_force_last(X):
+    X = np.asarray(X, dtype=np.int64)
+    return np.array([min(int(s[-1] @ t) for t in s) for s in X])
+
+
+@pytest.mark.parametrize("N, m", [(1, 5), (2, 3), (3, 8), (6, 4)])
+def test_last_targets_match_brute_force(N, m):
+    rng = np.random.RandomState(N * 10 + m)
+    X = rng.randint(0, 2, size=(40, N, m))
+    y = minip_targets(X, query="last")
+    assert y.shape == (40,) and y.dtype == np.int64
+    np.testing.assert_array_equal(y, brute_force_last(X))
+    np.testing.assert_array_equal(y, minip_targets(X)[:, -1])
+
+
+def test_last_targets_of_a_compact_family_are_those_of_its_final_token():
+    rng = np.random.RandomState(0)
+    X = rng.randint(0, 2, size=(30, 5, 4))
+    fam = CompactFamily.from_sequences(X)
+    # from_sequences orders slots by first occurrence: the final token may sit in an
+    # earlier slot, so compare with the materialised order of the family
+    np.testing.assert_array_equal(minip_targets(fam, query="last"),
+                                  brute_force_last(fam.to_sequences()))
+
+
+def test_make_minip_last():
+    X, y = make_minip(50, seq_len=4, n_bits=8, query="last", random_state=0)
+    assert X.shape == (50, 4, 8) and y.shape == (50,)
+    np.testing.assert_array_equal(y, brute_force_last(X))
+    # same draws as the full form: the final column of its targets
+    X_all, y_all = make_minip(50, seq_len=4, n_bits=8, random_state=0)
+    np.testing.assert_array_equal(X, X_all)
+    np.testing.assert_array_equal(y, y_all[:, -1])
+    data = make_minip(20, seq_len=4, n_bits=8, min_gap=2, query="last", random_state=1,
+                      return_X_y=False)
+    assert data.query == "last" and data.params["query"] == "last"
+    assert data.y.shape == data.gaps.shape == (20,)
+    assert (data.gaps >= 2).all()
+    assert make_minip(5, n_bits=6, random_state=0, return_X_y=False).params["query"] == "all"
+
+
+def _suite_pair(**kw):
+    return make_witness_suite(**kw), make_witness_suite(**kw, query="last")
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),                                                     # R6: 4,186 sequences
+    dict(construction="small", random_state=0),
+    dict(n_bits=8, construction="exact"),
+])
+def test_witness_suite_query_last(kw):
+    full, last = _suite_pair(**kw)
+    assert last.query == "last" and full.query == "all"
+    assert last.params["query"] == "last" and "query" not in full.params
+    n = len(last.family)
+    assert last.X.shape == (n, last.params["seq_len"], last.params["n_bits"])
+    assert last.X.dtype == np.uint8 and last.y.shape == (n,)
+    np.testing.assert_array_equal(last.y, minip_targets(last.X, query="last"))
+    np.testing.assert_array_equal(last.family.to_sequences(), last.X)
+    # every sequence ends with a query of the design
+    queries = {q.tobytes() for q in last.queries}
+    assert all(x.tobytes() in queries for x in last.X[:, -1])
+    assert last.certified_min_rank == full.certified_min_rank
+    assert last.certificate.query == "last" and full.certificate.query == "all"
+    assert "Final-query form" in last.DESCR and "Final-query" not in full.DESCR
+
+
+def test_witness_suite_moves_the_designs_query_last():
+    # R6: the same sequences as the full form, query (slot 0, first there) now last
+    full, last = _suite_pair()
+    np.testing.assert_array_equal(last.X[:, -1], full.X[:, 0])
+    np.testing.assert_array_equal(np.sort(last.X, axis=1), np.sort(full.X, axis=1))
+    # (x, k, x): the multiset form merges the query's two copies into slot 0, so the
+    # full form reads (x, x, k); the final-query form is (k, x, x), not slot order
+    twice = (full.X[:, 0] == full.X[:, 1]).all(axis=1) & \
+        (full.X[:, 1] != full.X[:, 2]).any(axis=1)
+    assert twice.sum() == 46
+    np.testing.assert_array_equal(last.X[twice], full.X[twice][:, [2, 0, 1]])
+
+
+def test_exact_suite_query_last_lists_every_querys_sequences():
+    full, last = _suite_pair(n_bits=8, construction="exact")
+    n = last.params["n_queries"]
+    assert n == full.params["n_queries"] == 14
+    assert len(last.X) == n * (2 * n - 1) > len(full.family)
+    assert last.certified_min_rank == last.exact_min_rank == 14
+    # m = 12 at N = 53: 80 words, certified 80 in both forms
+    big = make_witness_suite(12, 53, construction="exact", max_sequences=13000, query="last")
+    assert big.X.shape == (80 * 159, 53, 12) and big.certified_min_rank == 80
+
+
+def test_exact_suite_query_last_fits_max_sequences():
+    last = make_witness_suite(8, construction="exact", max_sequences=300, query="last")
+    n = last.params["n_queries"]
+    assert len(last.X) == n * (2 * n - 1) <= 300 and n == 12
+    with pytest.raises(ValueError, match="10 words need 190"):
+        make_witness_suite(8, construction="exact", n_queries=10, max_sequences=100,
+                           query="last")
+
+
+def test_query_last_refuses_a_family_too_large_to_materialise():
+    nbytes = 4186 * 3000 * 24
+    assert nbytes > MATERIALIZE_MAX_BYTES
+    with pytest.raises(ValueError, match=f"would take {nbytes} bytes"):
+        make_witness_suite(24, 3000, construction="hadamard", query="last")
+    with pytest.raises(ValueError, match="MATERIALIZE_MAX_BYTES"):
+        make_witness_suite(16, construction="exact", max_sequences=10**7, query="last")
+
+
+@pytest.mark.parametrize("call", [
+    lambda q: minip_targets(np.ones((2, 3, 4)), query=q),
+    lambda q: make_minip(5, n_bits=4, query=q),
+    lambda q: make_witness_suite(construction="small", query=q),
+])
+@pytest.mark.parametrize("bad", ["first", None, "LAST", 1])
+def test_bad_query(call, bad):
+    with pytest.raises(ValueError, match="query"):
+        call(bad)
+
+
+def test_metrics_on_one_target_per_sequence():
+    y = np.array([2, 0, 1, 3])
+    p = np.array([2.4, 0.6, 1.0, np.nan])
+    assert token_accuracy(y, p) == sequence_exact_match(y, p) == 0.5
+    assert max_abs_error(y, p) == np.inf and solved(y, p) == 0.0
+    q = np.array([2.49, -0.2, 1.0, 2.6])
+    assert sequence_exact_match(y, q) == 1.0 and solved(y, q) == 1.0
+    assert max_abs_error(y, q) == pytest.approx(0.49)
+    # a (n,) target against per-position predictions is a shape error, not a broadcast
+    with pytest.raises(ValueError, match="different shapes"):
+        sequence_exact_match(y, np.zeros((4, 3)))
+    assert set(get_scorers()) >= {"exact_match", "solved"}

@@ -1,0 +1,127 @@
+"""The estimators with causal heads and positional maps: fit/predict, theorem flags,
+stacking, refusal of multiset (compact) input, bad options, clone and pickle."""
+
+import pickle
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+
+from minip_learn import (
+    KernelAttentionClassifier,
+    KernelAttentionRegressor,
+    SoftmaxAttentionRegressor,
+)
+from minip_learn.compact import CompactFamily
+from minip_learn.datasets import make_minip
+
+FAST = dict(max_epochs=20, random_state=0)
+OPTIONS = {
+    "causal": dict(causal=True),
+    "decay": dict(causal=True, positional="decay", decay=0.9),
+    "learned": dict(positional="learned"),
+    "causal learned table": dict(causal=True, positional="learned", feature_map="table"),
+}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return make_minip(30, seq_len=3, n_bits=5, random_state=0)
+
+
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_fit_predict_and_theorem_flags(name, data):
+    X, y = data
+    est = KernelAttentionRegressor(rank=3, **OPTIONS[name], **FAST).fit(X, y)
+    pred = est.predict(X)
+    assert pred.shape == y.shape and np.isfinite(pred).all()
+    module = est.net_.module_
+    assert module.causal == OPTIONS[name].get("causal", False)
+    assert module.positional == OPTIONS[name].get("positional")
+    positional = "positional" in OPTIONS[name]
+    assert est.theorem_applies_ is (not positional)
+    assert est.theorem_ == ("paper's claim" if positional else "yes")
+    loaded = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(loaded.predict(X), pred)
+
+
+def test_causal_predictions_ignore_later_tokens(data):
+    X, y = data
+    est = KernelAttentionRegressor(rank=3, **OPTIONS["decay"], **FAST).fit(X, y)
+    later = X.copy()
+    later[:, 2] = 1 - later[:, 2]
+    np.testing.assert_allclose(est.predict(later)[:, :2], est.predict(X)[:, :2], rtol=1e-12)
+    assert not np.allclose(est.predict(later)[:, 2], est.predict(X)[:, 2])
+
+
+def test_learned_positions_refuse_longer_sequences(data):
+    X, y = data
+    est = KernelAttentionRegressor(rank=2, positional="learned", **FAST).fit(X, y)
+    assert est.net_.module_.max_len == 3
+    longer, _ = make_minip(4, seq_len=4, n_bits=5, random_state=1)
+    with pytest.raises(ValueError, match="seq_len=4.*max_len=3"):
+        est.predict(longer)
+    assert est.predict(X[:, :2]).shape == (30, 2)
+
+
+def test_classifier_softmax_and_model_take_the_options(data):
+    X, y = data
+    clf = KernelAttentionClassifier(rank=2, causal=True, **FAST).fit(X, y)
+    assert clf.net_.module_.causal and clf.predict(X).shape == y.shape
+    soft = SoftmaxAttentionRegressor(causal=True, **FAST).fit(X, y)
+    assert soft.net_.module_.causal and soft.predict(X).shape == y.shape
+    model = KernelAttentionRegressor(rank=2, n_heads=2, **OPTIONS["decay"], **FAST).fit(X, y)
+    assert model.net_.module_.positional == "decay" and model.theorem_ == "no"
+
+
+def test_fit_members_stacks_causal_heads(data):
+    X, y = data
+    est = KernelAttentionRegressor(**OPTIONS["decay"], **FAST)
+    res = est.fit_members(X, y, [{"rank": 1, "random_state": 0},
+                                 {"rank": 3, "random_state": 0}])
+    assert res.path == "generic"
+    single = clone(est).set_params(rank=3).fit(X, y)
+    np.testing.assert_allclose(res.estimators[1].predict(X), single.predict(X), atol=1e-5)
+
+
+@pytest.mark.parametrize("est, option", [
+    (KernelAttentionRegressor(causal=True), "causal=True"),
+    (KernelAttentionRegressor(positional="learned"), "positional='learned'"),
+    (KernelAttentionClassifier(causal=True), "causal=True"),
+    (SoftmaxAttentionRegressor(causal=True), "causal=True"),
+], ids=["kernel", "learned", "classifier", "softmax"])
+def test_compact_input_is_refused(est, option, data):
+    family = CompactFamily.from_sequences(data[0])
+    y = np.zeros((family.n_sequences, family.n_slots))
+    with pytest.raises(ValueError, match=f"CompactFamily.*{option}"):
+        clone(est).set_params(max_epochs=1).fit(family, y)
+
+
+def test_compact_predict_is_refused(data):
+    X, y = data
+    est = KernelAttentionRegressor(rank=2, causal=True, **FAST).fit(X, y)
+    with pytest.raises(ValueError, match="CompactFamily.*causal=True"):
+        est.predict(CompactFamily.from_sequences(X))
+
+
+@pytest.mark.parametrize("params, match", [
+    (dict(positional="decay"), "needs decay"),
+    (dict(decay=0.5), "decay is the factor"),
+    (dict(positional="decay", decay=0.5), "needs causal=True"),
+    (dict(causal=True, positional="decay", decay=1.5), "decay must be <= 1"),
+    (dict(causal=True, positional="decay", decay=0.0), "decay must be > 0"),
+    (dict(positional="rope"), "positional must be one of"),
+])
+def test_bad_options_name_the_parameter(params, match, data):
+    X, y = data
+    with pytest.raises(ValueError, match=match):
+        KernelAttentionRegressor(max_epochs=1, **params).fit(X, y)
+
+
+def test_clone_and_get_params_keep_the_options():
+    est = KernelAttentionRegressor(causal=True, positional="decay", decay=0.7)
+    params = clone(est).get_params()
+    assert (params["causal"], params["positional"], params["decay"]) == (True, "decay", 0.7)
+    assert clone(SoftmaxAttentionRegressor(causal=True)).get_params()["causal"] is True
+    assert KernelAttentionClassifier(positional="learned").get_params()["positional"] == "learned"
+    assert est.set_params(decay=0.5).decay == 0.5

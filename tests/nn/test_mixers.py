@@ -1,0 +1,427 @@
+"""The sequence mixers (minip_learn.nn.mixers): the whole-sequence form equals the
+token-by-token recurrence, outputs are causal, the declared state is the state carried,
+the registry and user mixers; and flash-linear-attention's naive reference recurrences
+(``fla.ops.*.naive``) agree with the built-ins when the ``fla`` extra is installed."""
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from minip_learn.nn import (
+    Mixer,
+    UserMixer,
+    available_mixers,
+    check_mixer_output,
+    get_mixer,
+    make_mixer,
+    mixer_table,
+)
+from minip_learn.nn.mixers import decayed_scores
+
+BUILT_INS = ["deltanet", "gla", "kernel", "linear", "mamba", "retnet", "softmax"]
+N_BITS, STATE, VALUE_DIM = 5, 3, 4
+
+
+def _mixer(name, seed=0, **kwargs):
+    """A built-in mixer in float64 with parameters away from their initialisation (so
+    that every part of the recurrence matters: Mamba's steps, GLA's gates ...)."""
+    torch.manual_seed(seed)
+    mixer = make_mixer(name, N_BITS, STATE, value_dim=VALUE_DIM, **kwargs).double()
+    with torch.no_grad():
+        for p in mixer.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+        if name == "mamba":  # steps Delta of order 1: the decays exp(Delta A) matter
+            mixer.delta.bias.fill_(0.5)
+        if name == "gla":  # gates well inside (0, 1)
+            mixer.gate.bias.fill_(1.0)
+    return mixer
+
+
+def _tokens(batch=3, seq_len=9, seed=1):
+    torch.manual_seed(seed)
+    bits = torch.randint(0, 2, (batch, seq_len, N_BITS)).double()
+    return torch.cat([bits, torch.randn(batch, seq_len, N_BITS, dtype=torch.float64)])
+
+
+# -- the two forms, causality, the state --------------------------------------------------
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_recurrent_form_equals_the_whole_sequence_form(name):
+    mixer, x = _mixer(name), _tokens()
+    y = mixer(x)
+    assert y.shape == x.shape[:2]
+    torch.testing.assert_close(mixer.recurrent(x), y, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(mixer.attend_recurrent(x), mixer.attend(x), rtol=1e-9,
+                               atol=1e-10)
+    assert y.std() > 1e-3  # not a constant: the comparison can fail
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_outputs_are_causal(name):
+    mixer, x = _mixer(name), _tokens(seq_len=8)
+    y = mixer(x)
+    for i in (0, 3, 6):
+        changed = x.clone()
+        changed[:, i + 1:] = torch.randn_like(changed[:, i + 1:])
+        z = mixer(changed)
+        torch.testing.assert_close(z[:, :i + 1], y[:, :i + 1], rtol=1e-10, atol=1e-12)
+        assert (z[:, i + 1:] - y[:, i + 1:]).abs().max() > 1e-6  # later outputs do change
+
+
+STATE_FLOATS = {  # r = STATE = 3, d = VALUE_DIM = 4
+    "linear": 12, "gla": 12, "deltanet": 12, "mamba": 12, "kernel": 15, "retnet": 15,
+}
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_state_floats_is_the_state_carried(name):
+    mixer, x = _mixer(name), _tokens(seq_len=7)
+    _, state = mixer.attend_recurrent(x, return_state=True)
+    carried = sum(t[0].numel() for t in state)  # per sequence
+    if name == "softmax":  # a cache of every key and value: N (r + d)
+        assert mixer.state_floats(7) == carried == 7 * (STATE + VALUE_DIM)
+        assert mixer.state_floats(20) == 20 * (STATE + VALUE_DIM)
+        with pytest.raises(ValueError, match="seq_len"):
+            mixer.state_floats()
+    else:
+        assert mixer.state_floats() == mixer.state_floats(1000) == carried
+        assert carried == STATE_FLOATS[name]
+        _, short = mixer.attend_recurrent(x[:, :2], return_state=True)
+        assert [t.shape for t in short] == [t.shape for t in state]  # fixed size
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_gradients_reach_every_parameter(name):
+    mixer, x = _mixer(name), _tokens()
+    (mixer(x) ** 2).mean().backward()
+    for pname, p in mixer.named_parameters():
+        assert p.grad is not None, pname
+        assert torch.isfinite(p.grad).all(), pname
+        assert p.grad.abs().max() > 0, pname
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_float32_forms_agree_and_empty_sequences(name):
+    mixer, x = _mixer(name).float(), _tokens().float()
+    torch.testing.assert_close(mixer.recurrent(x), mixer(x), rtol=1e-4, atol=1e-5)
+    assert mixer.attend_recurrent(x[:, :0]).shape == (len(x), 0, VALUE_DIM)
+
+
+def test_decayed_scores_blocks_equal_one_block(monkeypatch):
+    from minip_learn.nn import mixers
+
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 11, 3, dtype=torch.float64), torch.randn(2, 11, 3,
+                                                                   dtype=torch.float64)
+    log_cum = (-torch.rand(2, 11, 3, dtype=torch.float64)).cumsum(-2)
+    whole = decayed_scores(q, k, log_cum)
+    monkeypatch.setattr(mixers, "DECAY_BLOCK_ELEMENTS", 2 * 11 * 3 * 4)  # 4 rows a block
+    torch.testing.assert_close(decayed_scores(q, k, log_cum), whole)
+    # the definition, one entry at a time
+    t, j = 7, 4
+    ref = (q[:, t] * k[:, j] * torch.exp(log_cum[:, t] - log_cum[:, j])).sum(-1)
+    torch.testing.assert_close(whole[:, t, j], ref)
+    assert (whole[:, j, t] == 0).all()
+
+
+def test_decayed_scores_are_stable_for_long_decays():
+    # cumulative log-decays far below the float range: no overflow, no NaN gradient
+    n = 400
+    log_cum = torch.full((1, n, 2), -5.0, dtype=torch.float64, requires_grad=True)
+    q = k = torch.ones(1, n, 2, dtype=torch.float64)
+    scores = decayed_scores(q, k, log_cum.cumsum(-2))
+    assert torch.isfinite(scores).all()
+    scores.sum().backward()
+    assert torch.isfinite(log_cum.grad).all()
+
+
+# -- independent formulations ------------------------------------------------------------
+def test_deltanet_equals_the_delta_rule_written_out():
+    mixer, x = _mixer("deltanet"), _tokens(seq_len=6)
+    m = mixer.token_maps(x)
+    S = torch.zeros(len(x), STATE, VALUE_DIM, dtype=torch.float64)
+    outs = []
+    for t in range(x.shape[1]):
+        k, v, beta = m["k"][:, t], m["v"][:, t], m["beta"][:, t, None, None]
+        eye = torch.eye(STATE, dtype=torch.float64)
+        S = (eye - beta * k[:, :, None] * k[:, None, :]) @ S + beta * k[:, :, None] * v[:, None]
+        outs.append((S * m["q"][:, t, :, None]).sum(1))
+    torch.testing.assert_close(mixer.attend(x), torch.stack(outs, 1))
+    torch.testing.assert_close(m["k"].norm(dim=-1), torch.ones(x.shape[:2], dtype=torch.float64))
+
+
+def test_gla_gates_follow_the_temperature():
+    mixer = _mixer("gla", gate_temperature=4.0)
+    x = _tokens()
+    alpha = torch.exp(mixer.token_maps(x)["log_alpha"])
+    torch.testing.assert_close(alpha, torch.sigmoid(mixer.gate(x)) ** 0.25)
+
+
+def test_kernel_mixer_with_a_log_domain_map_carries_the_running_maximum():
+    mixer, x = _mixer("kernel", feature_map="exp"), _tokens()
+    torch.testing.assert_close(mixer.recurrent(x), mixer(x), rtol=1e-9, atol=1e-10)
+    u, state = mixer.attend_recurrent(x, return_state=True)
+    torch.testing.assert_close(u, mixer.attend(x), rtol=1e-9, atol=1e-10)
+    assert mixer.state_floats() == sum(t[0].numel() for t in state) == STATE * (VALUE_DIM + 2)
+
+
+def test_kernel_theorem_follows_the_sign_of_the_kernel():
+    assert make_mixer("kernel", N_BITS, STATE).theorem == "yes"
+    assert make_mixer("kernel", N_BITS, STATE, feature_map="identity").theorem == "no"
+    assert make_mixer("retnet", N_BITS, STATE).theorem == "paper's claim"
+    assert make_mixer("retnet", N_BITS, STATE, feature_map="identity").theorem == "no"
+
+
+def test_retnet_without_decay_is_the_kernel_mixer():
+    x = _tokens()
+    kernel, retnet = _mixer("kernel", seed=4), _mixer("retnet", seed=4, decay=1.0)
+    torch.testing.assert_close(retnet(x), kernel(x))
+    decayed = _mixer("retnet", seed=4, decay=0.5)
+    assert (decayed(x) - kernel(x)).abs().max() > 1e-3
+
+
+def test_kernel_and_softmax_mixers_are_the_causal_heads():
+    kernel, softmax = _mixer("kernel"), _mixer("softmax")
+    assert kernel.head.causal and softmax.head.causal
+    assert (kernel.head.rank, softmax.head.score_dim) == (STATE, STATE)
+    assert _mixer("retnet", decay=0.75).head.decay == 0.75
+    x = _tokens()
+    torch.testing.assert_close(softmax.attend(x), softmax.head.attention_weights(x)
+                               @ softmax.head.value(x))
+
+
+# -- the registry --------------------------------------------------------------------------
+def test_registry_lists_the_built_ins():
+    assert available_mixers() == BUILT_INS
+    assert available_mixers(theorem="yes") == ["kernel"]
+    assert available_mixers(theorem="paper's claim") == ["retnet"]
+    rows = mixer_table()
+    assert [row["name"] for row in rows] == BUILT_INS
+    for row in rows:
+        cls = get_mixer(row["name"])
+        assert issubclass(cls, Mixer) and cls.name == row["name"]
+        assert row["theorem"] == cls.theorem in ("yes", "paper's claim", "no")
+        assert row["paper"] and row["state"]
+        assert row["class"].endswith(cls.__qualname__)
+    assert {row["name"]: row["state"] for row in rows}["softmax"] == "N (r + d)"
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_make_mixer_builds_the_class_with_its_options(name):
+    mixer = make_mixer(name, N_BITS, STATE, value_dim=2)
+    assert type(mixer) is get_mixer(name)
+    assert isinstance(mixer, Mixer)
+    assert (mixer.n_bits, mixer.state_size, mixer.value_dim) == (N_BITS, STATE, 2)
+    assert mixer(torch.zeros(2, 4, N_BITS)).shape == (2, 4)
+    assert get_mixer(type(mixer)) is type(mixer)
+    check_mixer_output(mixer, torch.rand(2, 4, N_BITS), name)
+
+
+def test_unknown_names_are_refused():
+    with pytest.raises(ValueError, match="Unknown mixer 'lstm'.*'deltanet'"):
+        get_mixer("lstm")
+    with pytest.raises(ValueError, match="Unknown mixer 3"):
+        make_mixer(3, N_BITS, STATE)
+
+
+def test_register_mixer_refuses_duplicates_and_undeclared_theorems():
+    from minip_learn.nn import register_mixer
+
+    with pytest.raises(ValueError, match="already registered"):
+        register_mixer("gla")(type("Again", (Mixer,), {"theorem": "no"}))
+    with pytest.raises(ValueError, match="theorem"):
+        register_mixer("test-undeclared")(type("Undeclared", (Mixer,), {}))
+    assert "test-undeclared" not in available_mixers()
+
+
+# -- user mixers ------------------------------------------------------------------------------
+class LastTokenSum(nn.Module):
+    """A user's mixer: a running sum of a linear map of the tokens."""
+
+    def __init__(self, n_bits, state_size, *, scale=1.0):
+        super().__init__()
+        self.linear = nn.Linear(n_bits, 1)
+        self.scale = scale
+
+    def forward(self, x):
+        return self.scale * self.linear(x).squeeze(-1).cumsum(-1)
+
+
+def per_token_factory(n_bits, state_size):
+    return nn.Sequential(nn.Linear(n_bits, state_size), nn.Linear(state_size, 1),
+                         nn.Flatten(-2))
+
+
+@pytest.mark.parametrize("user", [LastTokenSum, per_token_factory])
+def test_user_class_and_factory_are_wrapped(user):
+    assert get_mixer(user) is UserMixer
+    mixer = make_mixer(user, N_BITS, STATE)
+    assert isinstance(mixer, UserMixer)
+    assert mixer.theorem is None and mixer.state_floats() is None
+    x = torch.rand(2, 6, N_BITS)
+    assert mixer(x).shape == (2, 6)
+    check_mixer_output(mixer, x, user)
+    assert mixer.name.endswith(user.__qualname__)
+    (mixer(x) ** 2).sum().backward()
+    assert all(p.grad is not None for p in mixer.parameters())
+    with pytest.raises(NotImplementedError, match="no recurrent form"):
+        mixer.recurrent(x)
+
+
+def test_user_kwargs_reach_the_module():
+    mixer = make_mixer(LastTokenSum, N_BITS, STATE, scale=2.5)
+    assert mixer.module.scale == 2.5
+
+
+def test_a_user_module_with_a_recurrent_form_is_used():
+    class WithRecurrent(LastTokenSum):
+        def recurrent(self, x):
+            return torch.zeros(x.shape[:2])
+
+    mixer = make_mixer(WithRecurrent, N_BITS, STATE)
+    assert (mixer.recurrent(torch.ones(2, 3, N_BITS)) == 0).all()
+
+
+def test_a_factory_that_builds_no_module_is_refused():
+    with pytest.raises(ValueError, match="must build a torch.nn.Module"):
+        make_mixer(lambda n_bits, state_size: "not a module", N_BITS, STATE)
+
+
+class NaNMixer(nn.Module):
+    def __init__(self, n_bits, state_size):
+        super().__init__()
+
+    def forward(self, x):
+        out = x.sum(-1)
+        out[0, -1] = float("nan")
+        return out
+
+
+class TupleMixer(NaNMixer):
+    def forward(self, x):
+        return (x.sum(-1),)
+
+
+class BrokenMixer(NaNMixer):
+    def forward(self, x):
+        return x @ torch.ones(2, 2)  # n_bits != 2: a shape error inside the module
+
+
+@pytest.mark.parametrize("user, message", [
+    (nn.Linear, r"outputs of shape \(batch, seq_len\) = \(2, 6\); got shape \(2, 6, 3\)"),
+    (NaNMixer, "NaN or infinite outputs on 1 of the 2 sequences"),
+    (TupleMixer, "must return a torch.Tensor of outputs; got tuple"),
+    (BrokenMixer, r"fails on tokens of shape \(2, 6, 5\)"),
+])
+def test_bad_user_mixers_raise_naming_the_mixer(user, message):
+    mixer = make_mixer(user, N_BITS, STATE)
+    name = f"{user.__module__}.{user.__qualname__}"
+    with pytest.raises(ValueError, match=message) as info:
+        check_mixer_output(mixer, torch.rand(2, 6, N_BITS), user)
+    assert f"mixer={name!r}" in str(info.value)
+
+
+def test_infinite_outputs_are_refused():
+    mixer = make_mixer(lambda n_bits, state_size: LastTokenSum(n_bits, state_size,
+                                                               scale=float("inf")),
+                       N_BITS, STATE)
+    with pytest.raises(ValueError, match="mixer='my mixer' returns NaN or infinite"):
+        check_mixer_output(mixer, torch.rand(2, 6, N_BITS), "my mixer")
+
+
+# -- flash-linear-attention's naive references ---------------------------------------------
+FLA_REASON = (
+    "flash-linear-attention's naive references (fla.ops.*.naive) are not importable: "
+    "install the fla extra (pip install minip-learn[fla]) to compare with them"
+)
+fla_warnings = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+def _fla(module):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Triton is not supported on current platform"
+        return pytest.importorskip(module, reason=FLA_REASON)
+
+
+# fla computes in float32 and scales the queries by K^-0.5 (K the key dimension), where
+# it does, our queries are multiplied by K^0.5 before they go in
+FLA_TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _heads(t):
+    """(batch, T, K) -> (batch, T, 1, K): one head, fla's (B, T, H, K) layout."""
+    return t.unsqueeze(2)
+
+
+@fla_warnings
+def test_linear_equals_fla_naive_recurrent_linear_attn():
+    fla = _fla("fla.ops.linear_attn.naive")
+    mixer, x = _mixer("linear"), _tokens()
+    m = mixer.token_maps(x)
+    ref, _ = fla.naive_recurrent_linear_attn(_heads(m["q"]), _heads(m["k"]),
+                                             _heads(m["v"]), scale=1.0)
+    torch.testing.assert_close(mixer.attend(x), ref[:, :, 0].double(), **FLA_TOL)
+
+
+@fla_warnings
+def test_gla_equals_fla_naive_recurrent_gla():
+    fla = _fla("fla.ops.gla.naive")
+    mixer, x = _mixer("gla"), _tokens()
+    m = mixer.token_maps(x)
+    ref, _ = fla.naive_recurrent_gla(_heads(m["q"] * STATE ** 0.5), _heads(m["k"]),
+                                     _heads(m["v"]), _heads(m["log_alpha"]))
+    torch.testing.assert_close(mixer.attend(x), ref[:, :, 0].double(), **FLA_TOL)
+
+
+@fla_warnings
+def test_deltanet_equals_fla_delta_rule_recurrence():
+    fla = _fla("fla.ops.delta_rule.naive")
+    mixer, x = _mixer("deltanet"), _tokens()
+    m = mixer.token_maps(x)
+    # (B, H, T, K) layout here
+    ref, _ = fla.delta_rule_recurrence((m["q"] * STATE ** 0.5)[:, None], m["k"][:, None],
+                                       m["v"][:, None], m["beta"][:, None])
+    torch.testing.assert_close(mixer.attend(x), ref[:, 0].double(), **FLA_TOL)
+
+
+@fla_warnings
+def test_mamba_equals_fla_naive_recurrent_gla_one_head_per_channel():
+    # channel c of the SSM is GLA with one value: q = C_t, k = Delta_t[c] B_t,
+    # v = v_t[c] and log-gates Delta_t[c] A[c]
+    fla = _fla("fla.ops.gla.naive")
+    mixer, x = _mixer("mamba"), _tokens()
+    m = mixer.token_maps(x)
+    q = m["C"][:, :, None, :].expand(-1, -1, VALUE_DIM, -1)
+    k = m["delta"][..., None] * m["B"][:, :, None, :]
+    gk = m["delta"][..., None] * m["A"]
+    ref, _ = fla.naive_recurrent_gla(q * STATE ** 0.5, k, m["v"][..., None], gk)
+    ref = ref[..., 0].double() + mixer.D * m["v"]
+    torch.testing.assert_close(mixer.attend(x), ref, **FLA_TOL)
+
+
+@fla_warnings
+def test_kernel_equals_fla_normalised_linear_attention():
+    fla = _fla("fla.ops.linear_attn.naive")
+    mixer, x = _mixer("kernel"), _tokens()
+    head = mixer.head
+    phi_q, phi_k = head.query_features(x), head.key_features(x)  # elu+1: positive
+    ref, _ = fla.naive_recurrent_linear_attn(_heads(phi_q), _heads(phi_k),
+                                             _heads(head.value(x)), scale=1.0,
+                                             normalize=True)
+    torch.testing.assert_close(mixer.attend(x), ref[:, :, 0].double(), **FLA_TOL)
+
+
+@fla_warnings
+def test_retnet_equals_fla_naive_retention_normalised():
+    # fla's retention: one head decays by 1 - 2^-5 (our default), unnormalised; our
+    # output is its numerator (values v) over its denominator (values 1)
+    fla = _fla("fla.ops.retention.naive")
+    mixer, x = _mixer("retnet"), _tokens()
+    assert mixer.head.decay == 1 - 2 ** -5
+    head = mixer.head
+    q = (head.query_features(x) * STATE ** 0.5)[:, None]  # (B, H, T, K) layout
+    k = head.key_features(x)[:, None]
+    num = fla.naive_retention(q, k, head.value(x)[:, None])[:, 0]
+    den = fla.naive_retention(q, k, torch.ones_like(x[:, None, :, :1]))[:, 0]
+    torch.testing.assert_close(mixer.attend(x), (num / den).double(), **FLA_TOL)
