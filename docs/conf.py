@@ -177,6 +177,59 @@ def _feature_map_table_directive():
     return FeatureMapTable
 
 
+# -- the registry of sequence mixers, as a table (``.. mixer-table::``) ----------------
+# Built from minip_learn.nn.mixer_table() and each mixer's own state_floats (at the
+# exact rank, bits and length of the final-query m = 8 exact family), so the page lists
+# exactly the registered mixers with their declarations.
+def _mixer_table_directive():
+    from docutils.statemachine import StringList
+    from sphinx.util.docutils import SphinxDirective
+
+    coverage = {"yes": "yes (proven, R4-R5)", "paper's claim": "the paper's claim",
+                "no": "no"}
+
+    class MixerTable(SphinxDirective):
+        has_content = False
+
+        def run(self):
+            from docutils import nodes
+
+            from minip_learn.datasets import make_witness_suite
+            from minip_learn.nn import make_mixer, mixer_table, mixers
+
+            self.env.note_dependency(mixers.__file__)  # edits there rebuild the page
+            suite = make_witness_suite(8, construction="exact", query="last")
+            r, n, m = suite.exact_min_rank, suite.X.shape[1], suite.X.shape[2]
+            lines = [
+                ".. list-table:: The registered sequence mixers "
+                "(:func:`~minip_learn.nn.mixer_table`)",
+                "   :header-rows: 1",
+                "   :widths: 11 14 16 17 42",
+                "",
+                "   * - ``mixer=``",
+                "     - state (floats)",
+                f"     - floats at r = {r}, d = {m}, N = {n} (m = {m} exact family)",
+                "     - theorem",
+                "     - paper",
+            ]
+            for row in mixer_table():
+                floats = make_mixer(row["name"], m, r).state_floats(n)
+                lines += [
+                    f"   * - ``{row['name']}``",
+                    f"     - ``{row['state']}``",
+                    f"     - {floats:,}",
+                    f"     - {coverage.get(row['theorem'], row['theorem'])}",
+                    f"     - {row['paper'] or 'not declared'}",
+                ]
+            container = nodes.container()
+            self.state.nested_parse(StringList(lines, source="mixer-table"),
+                                    self.content_offset, container)
+            return container.children
+
+    return MixerTable
+
+
 def setup(app):
     app.connect("builder-inited", _check_api_reference)
     app.add_directive("feature-map-table", _feature_map_table_directive())
+    app.add_directive("mixer-table", _mixer_table_directive())

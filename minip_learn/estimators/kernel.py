@@ -234,10 +234,14 @@ class KernelAttentionBase(AttentionEstimator):
     @property
     def theorem_applies_(self):
         """Whether the certified lower bound covers the fitted model (see the class
-        docstring and :ref:`theory-r4`)."""
+        docstring and :ref:`theory-r4`). A causal head is covered on final-query targets
+        (its last output is the full head's output at the query), not on targets at
+        every position."""
         check_is_fitted(self, "net_")
         head = getattr(self.net_.module_, "single_head", None)
         if head is None or head.positional is not None:
+            return False
+        if head.causal and getattr(self, "query_", "last") != "last":
             return False
         if head.nonnegative:  # declared: nonnegative for every pair of tokens
             return True

@@ -99,6 +99,13 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
     theorem_ : {"yes", "paper's claim", "no"} or None
         Whether the certified lower bound covers the mixer (its declaration; see
         :func:`~minip_learn.nn.mixer_table`); None for a user's module.
+    theorem_applies_ : bool
+        ``theorem_ == "yes"`` and final-query targets: the library's proof covers the
+        fitted mixer, so it cannot solve a family below its certified rank (checked by
+        :func:`~minip_learn.model_selection.rank_sweep`).
+    rank_ : int or None
+        The kernel rank of a mixer that is a normalised kernel-attention head (its
+        ``state_size``, for ``theorem_`` "yes" or "paper's claim"); None otherwise.
 
     Examples
     --------
@@ -238,6 +245,10 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         """``theorem_`` and ``state_floats_`` from the module's declarations."""
         module = self.net_.module_
         self.theorem_ = getattr(module, "theorem", None)
+        # a causal mixer's bound is that of its final position (final-query targets)
+        self.theorem_applies_ = self.theorem_ == "yes" and getattr(self, "query_", None) == "last"
+        covered = self.theorem_ in ("yes", "paper's claim")
+        self.rank_ = int(module.state_size) if covered else None
         self.state_floats_ = None if seq_len is None else _declared_state(module, seq_len)
 
     # -- prediction ------------------------------------------------------------------

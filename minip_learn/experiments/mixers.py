@@ -25,28 +25,35 @@ __all__ = ["SETTINGS", "mixers_experiment", "state_grid"]
 
 #: The grids and training settings: ``SETTINGS["quick" | "full"]``. ``mixers=None``
 #: means every registered mixer; ``state_sizes=None`` the grid :func:`state_grid`
-#: around each family's certified rank. ``mixer_kwargs``: extra keyword arguments of
-#: a mixer, by name.
+#: around each family's certified rank (``state_factors`` times it, and one below it
+#: when ``below_bound``). ``mixer_kwargs``: extra keyword arguments of a mixer, by name.
 SETTINGS = {
-    # quick: the exact m = 8 family (14 words, N = 15, 280 sequences, exact rank 14)
+    # quick: the exact m = 8 family in final-query form (14 words, N = 15, 378
+    # sequences, exact rank 14)
     "quick": dict(
         families=(dict(n_bits=8, construction="exact"),),
         mixers=None,
         state_sizes=None,
+        state_factors=(0.5, 1, 2),
+        below_bound=False,
         seeds=(0,),
         mixer=dict(max_epochs=300, stop_tolerance=0.5, lr=0.03),
         mixer_kwargs=dict(kernel={"feature_map": "table"}, retnet={"feature_map": "table"}),
     ),
-    # full: the exact families of m = 8 and 12 (exact ranks 14 and 80) and the
-    # Hadamard family R6 at m = 24 (length 3, certified rank 17), three seeds
+    # full: the exact m = 8 family (exact rank 14) and the Hadamard family R6 at
+    # m = 24 (4,186 sequences of length 3, certified rank 17), three seeds. The exact
+    # m = 12 family in final-query form (12,720 sequences of length 53, exact rank 80)
+    # is ``families=[dict(n_bits=12, construction="exact", max_sequences=None)]``:
+    # about 120 times the positions of m = 8 per epoch.
     "full": dict(
         families=(dict(n_bits=8, construction="exact"),
-                  dict(n_bits=12, construction="exact"),
                   dict(n_bits=24, seq_len=3, construction="auto")),
         mixers=None,
         state_sizes=None,
+        state_factors=(0.5, 1, 2),
+        below_bound=True,
         seeds=(0, 1, 2),
-        mixer=dict(max_epochs=1500, stop_tolerance=0.5, lr=0.03, batch_size=2048),
+        mixer=dict(max_epochs=800, stop_tolerance=0.5, lr=0.03),
         mixer_kwargs=dict(kernel={"feature_map": "table"}, retnet={"feature_map": "table"}),
     ),
 }
@@ -56,17 +63,21 @@ SETTINGS = {
 COVERED = ("yes", "paper's claim")
 
 
-def state_grid(certified_min_rank):
-    """State sizes around a certified rank ``b``: ``b/4, b/2, b-1, b, 2b, 4b``.
+def state_grid(certified_min_rank, factors=(0.5, 1, 2, 4), *, below_bound=True):
+    """State sizes around a certified rank ``b``: ``int(f b)`` for every factor ``f``,
+    and ``b - 1`` when ``below_bound``.
 
     Examples
     --------
     >>> from minip_learn.experiments.mixers import state_grid
     >>> state_grid(14)
-    [3, 7, 13, 14, 28, 56]
+    [7, 13, 14, 28, 56]
+    >>> state_grid(14, (0.5, 1, 2), below_bound=False)
+    [7, 14, 28]
     """
     b = int(certified_min_rank)
-    return sorted({s for s in (b // 4, b // 2, b - 1, b, 2 * b, 4 * b) if s >= 1})
+    sizes = {int(f * b) for f in factors} | ({b - 1} if below_bound else set())
+    return sorted(s for s in sizes if s >= 1)
 
 
 def _family_name(params):
@@ -100,8 +111,10 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
         As in :func:`~minip_learn.experiments.witness_experiment` (figure:
         ``leaderboard.png``; ``ensemble`` does not apply to mixers).
     **settings
-        Overrides: ``families``, ``mixers`` (list of names), ``state_sizes`` (list of
-        ints, or None for :func:`state_grid` per family), ``seeds``, ``mixer``
+        Overrides: ``families``, ``mixers`` (list of registered names or mixer
+        classes, see :class:`~minip_learn.SequenceMixerRegressor`), ``state_sizes`` (list of
+        ints, or None for :func:`state_grid` per family), ``state_factors``,
+        ``below_bound``, ``seeds``, ``mixer``
         (estimator parameters of every fit), ``mixer_kwargs`` (name -> keyword
         arguments of that mixer).
 
@@ -127,17 +140,17 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
                     devices=devices, progress=progress, figures=figures, ensemble=False,
                     overrides=settings)
     cfg = recipe.cfg
-    names = list(cfg["mixers"] or available_mixers())
-    for name in names:
-        get_mixer(name)  # an unknown name fails before any fit
+    mixers = list(cfg["mixers"] or available_mixers())
+    names = [_label(m) for m in mixers]  # an unknown name fails before any fit
     parts, rows, agree = [], [], {}
     for params in cfg["families"]:
         suite = make_witness_suite(**params, query="last")
         fam = _family_name(params)
         bound = int(suite.certified_min_rank)
-        sizes = sorted(int(s) for s in (cfg["state_sizes"] or state_grid(bound)))
-        for name in names:
-            est = SequenceMixerRegressor(mixer=name,
+        sizes = sorted(int(s) for s in (cfg["state_sizes"] or state_grid(
+            bound, cfg["state_factors"], below_bound=cfg["below_bound"])))
+        for mixer, name in zip(mixers, names):
+            est = SequenceMixerRegressor(mixer=mixer,
                                          mixer_kwargs=cfg["mixer_kwargs"].get(name),
                                          **cfg["mixer"])
             res = recipe.sweep(est, suite.X, suite.y, name=f"mixers-{fam}-{name}",
@@ -165,6 +178,14 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     return recipe.finish(Bunch(results=results, summary=summary, markdown=markdown,
                                checks=checks, recurrent_gap=agree, figures=figs),
                          table=display(summary, _display_row))
+
+
+def _label(mixer):
+    """A mixer's name in the tables: its registry name, or its class name."""
+    cls = get_mixer(mixer)
+    if isinstance(mixer, str):
+        return mixer
+    return getattr(cls, "name", None) or getattr(mixer, "__name__", type(mixer).__name__)
 
 
 def _summary_row(suite, fam, name, bound, fits):

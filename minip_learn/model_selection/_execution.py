@@ -163,7 +163,9 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
         is_solved = bool(getattr(est, "solved_", False))
 
     all_params = est.get_params(deep=False)
-    rank = all_params.get("rank")
+    # a sequence mixer that is a kernel head has a rank (its state size) but no such
+    # hyperparameter
+    rank = all_params.get("rank", getattr(est, "rank_", None))
     module = getattr(getattr(est, "net_", None), "module_", None)
     nonnegative = getattr(module, "nonnegative", None)
     # the bound (theory page, R4-R5) covers one head, one layer, an affine readout and a nonnegative

@@ -862,10 +862,13 @@ class MambaMixer(Mixer):
     initialised so that ``Delta`` starts log-uniform in ``[dt_min, dt_max]``), the
     diagonal ``A = -exp(A_log)`` (initialised ``A[c, n] = -(n + 1)``, S4D-real), and
     ``B_t = W_B x_t``, ``C_t = W_C x_t``. Mamba's short convolution and output gate are
-    left out (the affine readout follows the SSM). The whole-sequence form sums
+    left out (the affine readout follows the SSM). Like Mamba, :meth:`attend` is the
+    selective scan (the recurrence, token by token: its ``(d, r)`` state is cheaper than
+    the ``(d, N, N, r)`` scores of the whole-sequence form once ``N r`` exceeds a few
+    hundred). :meth:`attend_parallel` is the whole-sequence form, which sums
     ``C_t^T diag(exp(L_t[c] - L_j[c])) B_j Delta_j[c] v_j[c]`` over ``j <= t`` with the
-    cumulative log-decays ``L`` (:func:`decayed_scores`, one channel per leading index).
-    State ``d r`` floats.
+    cumulative log-decays ``L`` (:func:`decayed_scores`, one channel per leading index);
+    the two are tested equal. State ``d r`` floats.
 
     Parameters
     ----------
@@ -911,6 +914,11 @@ class MambaMixer(Mixer):
                 "B": self.input_gate(x), "C": self.output_gate(x), "A": -torch.exp(self.A_log)}
 
     def attend(self, x):
+        """The selective scan: :meth:`attend_recurrent`."""
+        return self.attend_recurrent(x)
+
+    def attend_parallel(self, x):
+        """Mixed vectors ``u`` of the whole-sequence form (equal to :meth:`attend`)."""
         m = self.token_maps(x)
         v, delta = m["v"].transpose(-2, -1), m["delta"].transpose(-2, -1)  # (b, d, N)
         log_cum = (delta[..., None] * m["A"][:, None, :]).cumsum(-2)  # (b, d, N, r)

@@ -57,6 +57,13 @@ def test_recurrent_form_equals_the_whole_sequence_form(name):
     assert y.std() > 1e-3  # not a constant: the comparison can fail
 
 
+def test_mamba_scan_equals_its_whole_sequence_form():
+    mixer, x = _mixer("mamba"), _tokens()
+    u = mixer.attend_parallel(x)
+    torch.testing.assert_close(mixer.attend(x), u, rtol=1e-9, atol=1e-10)
+    assert u.std() > 1e-3
+
+
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_outputs_are_causal(name):
     mixer, x = _mixer(name), _tokens(seq_len=8)

@@ -1,0 +1,117 @@
+"""The mixers recipe: a state-size leaderboard on final-query families (tiny settings)."""
+
+import numpy as np
+import pytest
+import torch
+
+from minip_learn import SequenceMixerRegressor
+from minip_learn.cli import build_parser, main
+from minip_learn.datasets import make_minip
+from minip_learn.experiments import EXPERIMENTS, SETTINGS, mixers_experiment
+from minip_learn.experiments.mixers import state_grid
+from minip_learn.model_selection import rank_sweep
+from minip_learn.nn import Mixer
+
+TINY = dict(state_sizes=[2, 16], mixer={"max_epochs": 5}, progress=False, n_jobs=1)
+
+
+class _ExactMinIP(Mixer):
+    """A mixer that outputs the exact Min-IP target at every position (it looks at
+    the whole sequence, so it only stands in for a model that would solve the family)
+    and declares what the test asks it to."""
+
+    theorem = "yes"
+
+    def __init__(self, n_bits, state_size, *, value_dim=None):
+        super().__init__(n_bits, state_size, value_dim=value_dim)
+        self.scale = torch.nn.Parameter(torch.zeros(()))
+
+    def forward(self, x):
+        return (x @ x.transpose(1, 2)).amin(-1) + 0.0 * self.scale
+
+    def recurrent(self, x):
+        return self.forward(x)
+
+    def state_floats(self, seq_len=None):
+        return self.state_size
+
+
+class _ClaimedExactMinIP(_ExactMinIP):
+    theorem = "paper's claim"
+
+
+def test_mixers_leaderboard_rows_files_and_checks(tmp_path):
+    res = mixers_experiment(mixers=["kernel", "deltanet", "softmax"], out=tmp_path, **TINY)
+    s = res.summary.set_index("mixer")
+    assert list(s.index) == ["kernel", "deltanet", "softmax"]
+    assert s["theorem"].to_dict() == {"kernel": "yes", "deltanet": "no", "softmax": "no"}
+    assert (s["certified_min_rank"] == 14).all()  # the exact m = 8 family, final query
+    assert (s["seq_len"] == 15).all() and (s["n_sequences"] == 378).all()
+    assert {"smallest_solving_state", "smallest_solving_state_floats",
+            "smallest_solving_rank", "solved_fraction", "solved_by_state",
+            "fit_time"} <= set(s.columns)
+    assert s.loc["kernel", "solved_by_state"] == "2:0/1 16:0/1"
+    # declared state floats: r (d + 1) for the kernel head, r d for DeltaNet
+    fits = res.results.set_index(["mixer", "state_size"])
+    assert fits.loc[("kernel", 16), "state_floats"] == 16 * (8 + 2)  # table: log domain
+    assert fits.loc[("deltanet", 16), "state_floats"] == 16 * 8
+    assert res.checks == {"no_covered_mixer_solved_below_bound": True,
+                          "recurrent_equals_parallel": True}
+    assert max(res.recurrent_gap.values()) < 1e-6
+    for name in ("summary.csv", "summary.md", "table.csv", "leaderboard.png",
+                 "provenance.json"):
+        assert (tmp_path / name).exists(), name
+
+
+def test_a_claimed_mixer_solving_below_the_bound_fails_the_check():
+    res = mixers_experiment(mixers=[_ClaimedExactMinIP], figures=False,
+                            **{**TINY, "state_sizes": [1]})
+    assert res.summary["mixer"].tolist() == ["_ClaimedExactMinIP"]
+    assert res.summary["smallest_solving_state"].tolist() == [1]
+    assert res.checks["no_covered_mixer_solved_below_bound"] is False
+
+
+def test_a_proven_mixer_solving_below_the_bound_is_a_bug():
+    X, y = make_minip(16, seq_len=3, n_bits=4, query="last", random_state=0)
+    est = SequenceMixerRegressor(mixer=_ExactMinIP, max_epochs=1)
+    with pytest.raises(RuntimeError, match="certified minimum rank is 5"):
+        rank_sweep(est, X, y, param_grid={"state_size": [2]}, seeds=[0],
+                   certified_min_rank=5, progress=False, n_jobs=1)
+    # at the bound it is recorded
+    res = rank_sweep(est, X, y, param_grid={"state_size": [5]}, seeds=[0],
+                     certified_min_rank=5, progress=False, n_jobs=1)
+    assert res.results["solved"].astype(bool).all()
+    assert res.results["theorem_applies"].astype(bool).all()
+
+
+def test_state_grid():
+    assert state_grid(17) == [8, 16, 17, 34, 68]
+    assert state_grid(14, (0.5, 1, 2), below_bound=False) == [7, 14, 28]
+    assert state_grid(1) == [1, 2, 4]
+
+
+def test_mixers_registered_and_cli_options(tmp_path, capsys):
+    assert "mixers" in EXPERIMENTS and set(SETTINGS["mixers"]) == {"quick", "full"}
+    args = build_parser().parse_args(["reproduce", "mixers", "--quick", "--ranks", "2"])
+    assert args.experiment == "mixers"
+    # --ranks are the state sizes, --max-epochs reaches every fit
+    status = main(["reproduce", "mixers", "--quick", "--ranks", "3", "--max-epochs", "2",
+                   "--seeds", "0", "--no-progress", "--n-jobs", "1",
+                   "--out", str(tmp_path)])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "Sequence mixers on final-query Min-IP" in out
+    summary = (tmp_path / "mixers" / "summary.csv").read_text()
+    assert "3:0/1" in summary and "max_epochs=2" in (tmp_path / "mixers" / "summary.md").read_text()
+
+
+def test_unknown_mixer_fails_before_any_fit(tmp_path):
+    with pytest.raises(ValueError, match="Unknown mixer"):
+        mixers_experiment(mixers=["nope"], out=tmp_path, **TINY)
+    assert not any((tmp_path / "runs").iterdir())
+
+
+def test_recipe_outputs_are_final_query():
+    res = mixers_experiment(mixers=["linear"], figures=False, **{**TINY, "state_sizes": [2]})
+    assert np.isfinite(res.results["max_abs_error"]).all()
+    assert res.results["theorem"].tolist() == ["no"]
