@@ -1006,42 +1006,22 @@ class _KernelHeadMixer(_HeadMixer):
         return self.head.state_floats(seq_len)
 
     def initial_state(self, batch, *, dtype, device):
-        r, d = self.state_size, self.value_dim
-        state = (_zeros(batch, r, d, dtype=dtype, device=device),
-                 _zeros(batch, r, dtype=dtype, device=device))
-        if self.head.log_domain:  # the running maximum of the key log-features
-            state += (torch.full((batch, r), -math.inf, dtype=dtype, device=device),)
-        return state
+        return attention.recurrent_state((batch,), self.state_size, self.value_dim,
+                                         log_domain=self.head.log_domain, dtype=dtype,
+                                         device=device)
 
     def step(self, state, x_t):
         head = self.head
-        lg = attention.log_decay(head.decay)
-        v = head.value(x_t)
-        if head.log_domain:  # S and s stored scaled by exp(-m), m the running maximum
-            S, s, m = state
-            lq = head.query_features.log_features(x_t)
-            lk = head.key_features.log_features(x_t)
-            m_new = torch.maximum(m + lg, lk)
-            shift = _finite_or_zero(m_new)
-            keep, pk = torch.exp(m + lg - shift), torch.exp(lk - shift)
-            a = lq + shift
-            pq = torch.exp(a - _finite_or_zero(a.amax(-1, keepdim=True)))
-            tail = (m_new,)
+        if head.log_domain:
+            fq = head.query_features.log_features(x_t)
+            fk = head.key_features.log_features(x_t)
         else:
-            (S, s), tail = state, ()
-            keep = torch.full_like(s, math.exp(lg))
-            pk, pq = head.key_features(x_t), head.query_features(x_t)
-        S = keep[..., None] * S + pk[..., None] * v[:, None, :]
-        s = keep * s + pk
-        den = attention.guard_denominator((pq * s).sum(-1, keepdim=True),
-                                          nonnegative=head.nonnegative,
-                                          eps=head.denominator_eps)
-        return (S, s) + tail, torch.einsum("br,brd->bd", pq, S) / den
-
-
-def _finite_or_zero(t):
-    """``t`` with its infinite entries (a feature no key has reached) replaced by 0."""
-    return torch.where(torch.isfinite(t), t, torch.zeros_like(t))
+            fq, fk = head.query_features(x_t), head.key_features(x_t)
+        u, state = attention.recurrent_step(state, fq, fk, head.value(x_t),
+                                            nonnegative=head.nonnegative,
+                                            eps=head.denominator_eps, decay=head.decay,
+                                            log_domain=head.log_domain)
+        return state, u
 
 
 @register_mixer("kernel")
