@@ -641,8 +641,20 @@ def _zeros(batch, *shape, dtype, device):
 # ---------------------------------------------------------------------------------
 # Built-in mixers outside the theorem, in plain torch
 # ---------------------------------------------------------------------------------
+class _MatrixStateMixer(Mixer):
+    """A mixer whose state is one ``r x d`` matrix ``S`` (a fast weight)."""
+
+
+    def initial_state(self, batch, *, dtype, device):
+        return (_zeros(batch, self.state_size, self.value_dim, dtype=dtype, device=device),)
+
+    def state_floats(self, seq_len=None):
+        """``r d``: the matrix ``S``."""
+        return self.state_size * self.value_dim
+
+
 @register_mixer("linear")
-class LinearAttentionMixer(Mixer):
+class LinearAttentionMixer(_MatrixStateMixer):
     """Unnormalised causal linear attention: ``u_t = S_t^T phi(q_t)``,
     ``S_t = S_{t-1} + phi(k_t) v_t^T``.
 
@@ -696,21 +708,15 @@ class LinearAttentionMixer(Mixer):
             ~_causal_mask(x.shape[-2], x.device), 0.0)
         return scores @ m["v"]
 
-    def initial_state(self, batch, *, dtype, device):
-        return (_zeros(batch, self.state_size, self.value_dim, dtype=dtype, device=device),)
-
     def step(self, state, x_t):
         m = self.token_maps(x_t)
         S = state[0] + m["k"][:, :, None] * m["v"][:, None, :]
         return (S,), torch.einsum("br,brd->bd", m["q"], S)
 
-    def state_floats(self, seq_len=None):
-        """``r d``: the matrix ``S``."""
-        return self.state_size * self.value_dim
 
 
 @register_mixer("gla")
-class GatedLinearAttentionMixer(Mixer):
+class GatedLinearAttentionMixer(_MatrixStateMixer):
     """Gated linear attention with data-dependent per-key-dimension gates.
 
     ``S_t = diag(alpha_t) S_{t-1} + k_t v_t^T`` and ``u_t = S_t^T q_t``, with
@@ -762,22 +768,16 @@ class GatedLinearAttentionMixer(Mixer):
         m = self.token_maps(x)
         return decayed_scores(m["q"], m["k"], m["log_alpha"].cumsum(-2)) @ m["v"]
 
-    def initial_state(self, batch, *, dtype, device):
-        return (_zeros(batch, self.state_size, self.value_dim, dtype=dtype, device=device),)
-
     def step(self, state, x_t):
         m = self.token_maps(x_t)
         S = (torch.exp(m["log_alpha"])[:, :, None] * state[0]
              + m["k"][:, :, None] * m["v"][:, None, :])
         return (S,), torch.einsum("br,brd->bd", m["q"], S)
 
-    def state_floats(self, seq_len=None):
-        """``r d``: the matrix ``S``."""
-        return self.state_size * self.value_dim
 
 
 @register_mixer("deltanet")
-class DeltaNetMixer(Mixer):
+class DeltaNetMixer(_MatrixStateMixer):
     """The delta rule: ``S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T``,
     ``u_t = S_t^T q_t``.
 
@@ -833,9 +833,6 @@ class DeltaNetMixer(Mixer):
                                                 unitriangular=True)
         return torch.tril(q @ k.transpose(-2, -1)) @ written
 
-    def initial_state(self, batch, *, dtype, device):
-        return (_zeros(batch, self.state_size, self.value_dim, dtype=dtype, device=device),)
-
     def step(self, state, x_t):
         m = self.token_maps(x_t)
         S, k = state[0], m["k"]
@@ -843,9 +840,6 @@ class DeltaNetMixer(Mixer):
         S = S + k[:, :, None] * written[:, None, :]
         return (S,), torch.einsum("br,brd->bd", m["q"], S)
 
-    def state_floats(self, seq_len=None):
-        """``r d``: the matrix ``S``."""
-        return self.state_size * self.value_dim
 
 
 @register_mixer("mamba")
