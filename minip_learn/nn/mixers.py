@@ -644,7 +644,6 @@ def _zeros(batch, *shape, dtype, device):
 class _MatrixStateMixer(Mixer):
     """A mixer whose state is one ``r x d`` matrix ``S`` (a fast weight)."""
 
-
     def initial_state(self, batch, *, dtype, device):
         return (_zeros(batch, self.state_size, self.value_dim, dtype=dtype, device=device),)
 
