@@ -213,7 +213,8 @@ def _mixer_table_directive():
                 "     - paper",
             ]
             for row in mixer_table():
-                floats = make_mixer(row["name"], m, r).state_floats(n)
+                kwargs = {"max_len": n} if row["name"] == "positional" else {}
+                floats = make_mixer(row["name"], m, r, **kwargs).state_floats(n)
                 lines += [
                     f"   * - ``{row['name']}``",
                     f"     - ``{row['state']}``",

@@ -5,7 +5,6 @@ softmax) or a user's torch module, trained through the pipeline of the heads."""
 import numpy as np
 import torch
 
-from .._validation import distinct_tokens
 from ..compact import is_compact
 from ..nn.mixers import check_mixer_output, get_mixer, make_mixer, mixer_name
 from ._base import AttentionEstimator, AttentionRegressorMixin
@@ -191,7 +190,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         cls = get_mixer(checked["mixer"])
         data_kwargs = getattr(cls, "data_kwargs", None)
         if data_kwargs is not None:  # e.g. the token table of a kernel mixer's map
-            kwargs.update(data_kwargs(distinct_tokens(X.reshape(-1, X.shape[2])), **kwargs))
+            kwargs.update(data_kwargs(X, **kwargs))
         params = dict(mixer=checked["mixer"], n_bits=X.shape[2],
                       state_size=checked["state_size"], mixer_kwargs=kwargs)
         batch = X[:checked["batch_size"] or len(X)]

@@ -510,20 +510,22 @@ class KernelAttentionHead(_Head):
         heads of several ranks this way). See
         :func:`minip_learn.nn.attention.attention_features`.
         """
-        fq, fk = self._with_positions(*self._map_outputs(x))
+        fq, fk = self.with_positions(*self._map_outputs(x))
         return attention.attention_features(
             fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
 
-    def _with_positions(self, fq, fk):
-        """(Log-)features of the positions ``0 .. N-1`` with the learned positional
-        log-weights (``positional="learned"``; the identity otherwise)."""
+    def with_positions(self, fq, fk, *, start=0):
+        """Query and key (log-)features ``(..., n, r)`` of the positions ``start ..
+        start+n-1`` with the learned positional log-weights (``positional="learned"``;
+        the identity otherwise): ``fq + a_i``, ``fk + b_j`` in the log domain, else
+        ``fq * exp(a_i)``, ``fk * exp(b_j)``."""
         if self.positional != "learned":
             return fq, fk
-        n = fq.shape[-2]
+        n = start + fq.shape[-2]
         if n > self.max_len:
             raise ValueError(f"the sequences have {n} tokens, more than max_len={self.max_len} "
                              "of this head's learned positional map (positional='learned').")
-        a, b = self.position_query[:n], self.position_key[:n]
+        a, b = self.position_query[start:n], self.position_key[start:n]
         if self.log_domain:
             return fq + a, fk + b
         return fq * torch.exp(a), fk * torch.exp(b)
@@ -539,7 +541,7 @@ class KernelAttentionHead(_Head):
     def _causal(self, x, v, fn, *extra):
         """``fn`` of :mod:`minip_learn.nn.attention` on the head's (log-)features of
         ``x`` (with positions), values ``v`` and ``extra``, with its options."""
-        fq, fk = self._with_positions(*self._map_outputs(x))
+        fq, fk = self.with_positions(*self._map_outputs(x))
         return fn(fq, fk, v, *extra, nonnegative=self.nonnegative, eps=self.denominator_eps,
                   decay=self.decay, log_domain=self.log_domain, mask=self.feature_mask)
 

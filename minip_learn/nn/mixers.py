@@ -29,6 +29,11 @@ the token ``x_t`` (``S_0 = 0``):
     for ``"kernel"``: the positional map ``phi_Q(x, i) = g^i phi(x)``,
     ``phi_K(x, j) = g^{-j} phi(x)``. State ``r (d + 1)``. The bound for
     position-dependent maps is the paper's claim.
+``"positional"`` -- normalised kernel attention with learned positional weights
+(:class:`PositionalKernelMixer`)
+    as ``"kernel"`` with ``phi_Q(x, i) = exp(a_i) * phi(x)``, ``phi_K(x, j) = exp(b_j) *
+    phi(x)`` (learned ``a_i``, ``b_j`` in ``R^r`` per position). State ``r (d + 1)``.
+    The paper's claim, as for ``"retnet"``.
 ``"linear"`` -- unnormalised linear attention (:class:`LinearAttentionMixer`)
     ``S_t = S_{t-1} + phi(k_t) v_t^T``, ``u_t = S_t^T phi(q_t)``. State ``r d``. Outside
     the theorem: its normaliser is part of the theorem's hypothesis.
@@ -128,7 +133,7 @@ def register_mixer(name):
     ...     def initial_state(self, batch, *, dtype, device):
     ...         return (torch.zeros(batch, self.value_dim, dtype=dtype, device=device),
     ...                 torch.zeros(batch, 1, dtype=dtype, device=device))
-    ...     def step(self, state, x_t):
+    ...     def step(self, state, x_t, position=0):
     ...         total, count = state[0] + self.value(x_t), state[1] + 1
     ...         return (total, count), total / count
     ...     def state_floats(self, seq_len=None):
@@ -172,7 +177,7 @@ def available_mixers(*, theorem=None):
     --------
     >>> from minip_learn.nn import available_mixers
     >>> available_mixers()
-    ['deltanet', 'gla', 'kernel', 'linear', 'mamba', 'retnet', 'softmax']
+    ['deltanet', 'gla', 'kernel', 'linear', 'mamba', 'positional', 'retnet', 'softmax']
     >>> available_mixers(theorem="yes")
     ['kernel']
     """
@@ -427,14 +432,14 @@ class Mixer(nn.Module):
         self.readout = AffineReadout(self.n_bits, self.value_dim)
 
     @classmethod
-    def data_kwargs(cls, tokens, **kwargs):
+    def data_kwargs(cls, X, **kwargs):
         """Keyword arguments the mixer takes from its training data, given its other
         keyword arguments ``kwargs`` (none by default).
 
         Parameters
         ----------
-        tokens : ndarray of shape (n_tokens, n_bits)
-            The distinct training tokens.
+        X : ndarray of shape (n_sequences, seq_len, n_bits)
+            The training sequences.
         **kwargs
             The mixer's keyword arguments as given.
 
@@ -453,8 +458,9 @@ class Mixer(nn.Module):
         """The state before the first token: a tuple of zero tensors, batch first."""
         raise NotImplementedError
 
-    def step(self, state, x_t):
-        """One token ``x_t`` (batch, n_bits): returns ``(new_state, u_t)``."""
+    def step(self, state, x_t, position=0):
+        """One token ``x_t`` (batch, n_bits) at ``position`` (0-based; read by mixers
+        with positional maps): returns ``(new_state, u_t)``."""
         raise NotImplementedError
 
     def state_floats(self, seq_len=None):
@@ -492,7 +498,7 @@ class Mixer(nn.Module):
         state = self.initial_state(x.shape[0], dtype=x.dtype, device=x.device)
         outputs = []
         for t in range(x.shape[1]):
-            state, u_t = self.step(state, x[:, t])
+            state, u_t = self.step(state, x[:, t], position=t)
             outputs.append(u_t)
         u = torch.stack(outputs, 1) if outputs else x.new_zeros(
             x.shape[0], 0, self.value_dim)
@@ -707,7 +713,7 @@ class LinearAttentionMixer(_MatrixStateMixer):
             ~_causal_mask(x.shape[-2], x.device), 0.0)
         return scores @ m["v"]
 
-    def step(self, state, x_t):
+    def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)
         S = state[0] + m["k"][:, :, None] * m["v"][:, None, :]
         return (S,), torch.einsum("br,brd->bd", m["q"], S)
@@ -767,7 +773,7 @@ class GatedLinearAttentionMixer(_MatrixStateMixer):
         m = self.token_maps(x)
         return decayed_scores(m["q"], m["k"], m["log_alpha"].cumsum(-2)) @ m["v"]
 
-    def step(self, state, x_t):
+    def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)
         S = (torch.exp(m["log_alpha"])[:, :, None] * state[0]
              + m["k"][:, :, None] * m["v"][:, None, :])
@@ -832,7 +838,7 @@ class DeltaNetMixer(_MatrixStateMixer):
                                                 unitriangular=True)
         return torch.tril(q @ k.transpose(-2, -1)) @ written
 
-    def step(self, state, x_t):
+    def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)
         S, k = state[0], m["k"]
         written = m["beta"][:, None] * (m["v"] - torch.einsum("br,brd->bd", k, S))
@@ -923,7 +929,7 @@ class MambaMixer(Mixer):
     def initial_state(self, batch, *, dtype, device):
         return (_zeros(batch, self.value_dim, self.state_size, dtype=dtype, device=device),)
 
-    def step(self, state, x_t):
+    def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)
         v, delta = m["v"], m["delta"]  # (b, d)
         h = (torch.exp(delta[..., None] * m["A"]) * state[0]
@@ -982,13 +988,14 @@ class _KernelHeadMixer(_HeadMixer):
         self.theorem = head.theorem
 
     @classmethod
-    def data_kwargs(cls, tokens, *, feature_map="elu+1", feature_kwargs=None, **kwargs):
+    def data_kwargs(cls, X, *, feature_map="elu+1", feature_kwargs=None, **kwargs):
         """The ``vocabulary`` of a feature map defined on the training tokens
         (``table``), inside ``feature_kwargs``."""
         if not get_feature_map(feature_map).requires_vocabulary:
             return {}
+        tokens = np.unique(np.asarray(X).reshape(-1, np.shape(X)[-1]), axis=0)
         return {"feature_kwargs": {**(feature_kwargs or {}),
-                                   "vocabulary": np.asarray(tokens, dtype=np.uint8)}}
+                                   "vocabulary": tokens.astype(np.uint8)}}
 
     def recurrent(self, x):
         return self.head.recurrent(x)
@@ -1003,13 +1010,15 @@ class _KernelHeadMixer(_HeadMixer):
                                          log_domain=self.head.log_domain, dtype=dtype,
                                          device=device)
 
-    def step(self, state, x_t):
+    def step(self, state, x_t, position=0):
         head = self.head
         if head.log_domain:
             fq = head.query_features.log_features(x_t)
             fk = head.key_features.log_features(x_t)
         else:
             fq, fk = head.query_features(x_t), head.key_features(x_t)
+        fq, fk = head.with_positions(fq[:, None], fk[:, None], start=position)
+        fq, fk = fq[:, 0], fk[:, 0]
         u, state = attention.recurrent_step(state, fq, fk, head.value(x_t),
                                             nonnegative=head.nonnegative,
                                             eps=head.denominator_eps, decay=head.decay,
@@ -1122,6 +1131,63 @@ class RetNetMixer(_KernelHeadMixer):
                          denominator_eps=denominator_eps, positional="decay", decay=decay)
 
 
+@register_mixer("positional")
+class PositionalKernelMixer(_KernelHeadMixer):
+    """Causal normalised kernel attention with learned positional weights.
+
+    ``alpha_ij = <phi_Q(x_i) * exp(a_i), phi_K(x_j) * exp(b_j)>`` for ``j <= i``: a
+    :class:`~minip_learn.nn.KernelAttentionHead` with ``causal=True`` and
+    ``positional="learned"`` (a learned log-weight per position and feature on each
+    side, so the kernel stays nonnegative). Its recurrence is that of ``kernel`` with
+    the position's weights applied to the token's features; state ``r (d + 1)`` floats
+    (log-domain maps: ``r (d + 2)``). The lower bound for position-dependent maps is the
+    paper's claim. ``max_len``, the longest sequence, comes from the training data
+    (:meth:`data_kwargs`) when the estimator builds it.
+
+    Parameters
+    ----------
+    n_bits, state_size : int
+        Bits per token and rank ``r`` (features).
+    max_len : int
+        The longest sequence the positional weights cover.
+    value_dim, feature_map, feature_width, feature_depth, shared_features, \
+feature_kwargs, denominator_eps
+        As in :class:`KernelMixer`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import make_mixer
+    >>> mixer = make_mixer("positional", 4, 3, max_len=6).double()
+    >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
+    >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.state_floats(), mixer.theorem
+    (True, 15, "paper's claim")
+    """
+
+    theorem = "paper's claim"
+    paper = ("Opazo 2026 (the statement for position-dependent maps); learned positional "
+             "weights of this library")
+    state_formula = "r (d + 1)"
+
+    def __init__(self, n_bits, state_size, *, max_len, value_dim=None, feature_map="elu+1",
+                 feature_width=64, feature_depth=0, shared_features=False,
+                 feature_kwargs=None, denominator_eps=1e-3):
+        super().__init__(n_bits, state_size, value_dim=value_dim, feature_map=feature_map,
+                         feature_width=feature_width, feature_depth=feature_depth,
+                         shared_features=shared_features, feature_kwargs=feature_kwargs,
+                         denominator_eps=denominator_eps, positional="learned",
+                         max_len=max_len)
+
+    @classmethod
+    def data_kwargs(cls, X, **kwargs):
+        """The table's ``vocabulary`` (as :class:`KernelMixer`) and ``max_len``, the
+        training sequences' length (unless given)."""
+        out = super().data_kwargs(X, **kwargs)
+        if kwargs.get("max_len") is None:
+            out["max_len"] = int(np.shape(X)[1])
+        return out
+
+
 @register_mixer("softmax")
 class SoftmaxMixer(_HeadMixer):
     """Causal softmax attention: ``u_t = sum_{j <= t} softmax_j(q_t^T k_j / tau) v_j``.
@@ -1177,7 +1243,7 @@ class SoftmaxMixer(_HeadMixer):
         return (_zeros(batch, 0, self.state_size, dtype=dtype, device=device),
                 _zeros(batch, 0, self.value_dim, dtype=dtype, device=device))
 
-    def step(self, state, x_t):
+    def step(self, state, x_t, position=0):
         head = self.head
         keys = torch.cat([state[0], head.key(x_t)[:, None]], 1)
         values = torch.cat([state[1], head.value(x_t)[:, None]], 1)

@@ -20,7 +20,8 @@ from minip_learn.nn import (
 )
 from minip_learn.nn.mixers import decayed_scores
 
-BUILT_INS = ["deltanet", "gla", "kernel", "linear", "mamba", "retnet", "softmax"]
+BUILT_INS = ["deltanet", "gla", "kernel", "linear", "mamba", "positional", "retnet",
+             "softmax"]
 N_BITS, STATE, VALUE_DIM = 5, 3, 4
 
 
@@ -28,6 +29,8 @@ def _mixer(name, seed=0, **kwargs):
     """A built-in mixer in float64 with parameters away from their initialisation (so
     that every part of the recurrence matters: Mamba's steps, GLA's gates ...)."""
     torch.manual_seed(seed)
+    if name == "positional":
+        kwargs.setdefault("max_len", 64)
     mixer = make_mixer(name, N_BITS, STATE, value_dim=VALUE_DIM, **kwargs).double()
     with torch.no_grad():
         for p in mixer.parameters():
@@ -78,6 +81,7 @@ def test_outputs_are_causal(name):
 
 STATE_FLOATS = {  # r = STATE = 3, d = VALUE_DIM = 4
     "linear": 12, "gla": 12, "deltanet": 12, "mamba": 12, "kernel": 15, "retnet": 15,
+    "positional": 15,
 }
 
 
@@ -202,7 +206,7 @@ def test_kernel_and_softmax_mixers_are_the_causal_heads():
 def test_registry_lists_the_built_ins():
     assert available_mixers() == BUILT_INS
     assert available_mixers(theorem="yes") == ["kernel"]
-    assert available_mixers(theorem="paper's claim") == ["retnet"]
+    assert available_mixers(theorem="paper's claim") == ["positional", "retnet"]
     rows = mixer_table()
     assert [row["name"] for row in rows] == BUILT_INS
     for row in rows:
@@ -216,7 +220,8 @@ def test_registry_lists_the_built_ins():
 
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_make_mixer_builds_the_class_with_its_options(name):
-    mixer = make_mixer(name, N_BITS, STATE, value_dim=2)
+    kwargs = {"max_len": 4} if name == "positional" else {}
+    mixer = make_mixer(name, N_BITS, STATE, value_dim=2, **kwargs)
     assert type(mixer) is get_mixer(name)
     assert isinstance(mixer, Mixer)
     assert (mixer.n_bits, mixer.state_size, mixer.value_dim) == (N_BITS, STATE, 2)
