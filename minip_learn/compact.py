@@ -37,6 +37,10 @@ MATERIALIZE_MAX_BYTES = 1 << 28
 NPZ_FORMAT = "minip-learn compact family"
 
 
+#: sequences per slice of :meth:`CompactFamily.targets`
+TARGET_CHUNK = 1 << 22
+
+
 def smallest_int_dtype(max_value, min_value=0):
     """The smallest signed integer dtype holding ``min_value..max_value``."""
     for dt in (np.int8, np.int16, np.int32, np.int64):
@@ -306,23 +310,28 @@ class CompactFamily:
             yield self.to_sequences(slice(a, a + chunk_size))
 
     def targets(self, rows=slice(None)):
-        """Exact Min-IP targets per slot (n, k) int64; 0 at padding.
+        """Exact Min-IP targets per slot (n, k); 0 at padding.
 
         A slot's target is its token's least overlap with the tokens present in its
-        sequence (itself included), computed with popcounts on packed tokens.
+        sequence (itself included), computed with popcounts on packed tokens, in slices
+        of :data:`TARGET_CHUNK` sequences. The dtype is the smallest signed integer
+        holding ``0..n_bits``.
         """
-        ids = self.token_ids[rows].astype(np.int64)
+        ids_all = self.token_ids[rows]
         words = pack_tokens(self.tokens)
-        n, k = ids.shape
-        out = np.zeros((n, k), dtype=np.int64)
-        for a in range(k):
-            real_a = ids[:, a] >= 0
-            best = np.full(n, np.iinfo(np.int64).max)
-            for b in range(k):
-                ok = real_a & (ids[:, b] >= 0)
-                ov = overlap_words(words, np.maximum(ids[:, a], 0), np.maximum(ids[:, b], 0))
-                best = np.where(ok, np.minimum(best, ov), best)
-            out[:, a] = np.where(real_a, best, 0)
+        n, k = ids_all.shape
+        out = np.zeros((n, k), dtype=smallest_int_dtype(self.n_bits))
+        for start in range(0, n, TARGET_CHUNK):
+            ids = ids_all[start:start + TARGET_CHUNK].astype(np.int64)
+            for a in range(k):
+                real_a = ids[:, a] >= 0
+                best = np.full(len(ids), np.iinfo(np.int64).max)
+                for b in range(k):
+                    ok = real_a & (ids[:, b] >= 0)
+                    ov = overlap_words(words, np.maximum(ids[:, a], 0),
+                                       np.maximum(ids[:, b], 0))
+                    best = np.where(ok, np.minimum(best, ov), best)
+                out[start:start + len(ids), a] = np.where(real_a, best, 0)
         return out
 
     # -- files ------------------------------------------------------------------------

@@ -4,11 +4,7 @@ and the R3 head with one feature per word; the growth of log2 |C| per bit; the c
 rank against the length ``N``; kernel heads trained below, at and above the exact rank.
 """
 
-import gzip
-import inspect
 import json
-import multiprocessing
-import time
 
 import numpy as np
 import pandas as pd
@@ -19,7 +15,7 @@ from ..constructions import exact_kernel_realization
 from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionRegressor
 from ..metrics import TOLERANCE, verify_solver
-from ..theory import Certificate, certify, verify_certificate
+from ._exact_sizes import SizeFailed, in_fresh_process
 from ._shared import Recipe, display, fmt, markdown_table, report, settings_text
 
 __all__ = ["SETTINGS", "SUMMARY_COLUMNS", "exact_checks", "exact_experiment"]
@@ -28,13 +24,16 @@ __all__ = ["SETTINGS", "SUMMARY_COLUMNS", "exact_checks", "exact_experiment"]
 SUMMARY_COLUMNS = (
     "n_bits", "code", "seq_len", "n_queries", "n_sequences", "certified_min_rank",
     "constructive_rank", "exact", "suite_params", "certificate", "family", "certify_time",
-    "verify_time", "peak_memory", "solver_max_error", "solver", "error",
+    "verify_time", "peak_memory", "build_peak_memory", "solver_max_error", "solver_sequences",
+    "solver", "error",
 )
 
 _QUICK = dict(
     # |C| = 14, 80, 870 at N = 15, 53, 352 (280, 9,520 and 1,134,480 sequences)
     sizes=(8, 12, 16),
     suite=dict(construction="exact", max_sequences=10**8),
+    # per size, what replaces the suite's arguments (n_bits -> dict)
+    size_suite={},
     # certified rank against N = 3, 4, ... until it meets the constructive rank
     length=dict(hadamard=dict(n_bits=24, construction="hadamard", ladder_gap=None),
                 exact=dict(n_bits=12, construction="exact", max_sequences=10**6)),
@@ -44,8 +43,11 @@ _QUICK = dict(
     ranks=None,
     seeds=(0,),
     kernel=dict(feature_map="table", max_epochs=2, stop_tolerance=0.5, split_every=None),
-    # the R3 head is verified on every sequence of families up to this size (compact)
+    # the R3 head is verified on every sequence of families up to this size, on a seeded
+    # uniform sample of solver_sample sequences of larger ones (compact slices; at m = 20
+    # one feature per word is 8,164 features: about 5 ms per sequence on 2 cores)
     verify_max_sequences=10**6,
+    solver_sample=4096,
     # the sweep gets the CompactFamily and per-slot targets (else X, y: <= 256 MiB)
     compact_input=True,
 )
@@ -53,110 +55,23 @@ _QUICK = dict(
 #: The recipe's grids and training settings: ``SETTINGS["quick"|"full"]``.
 SETTINGS = {
     "quick": _QUICK,
-    # m = 20 (|C| = 9,252 at N = 2,589: 128,390,004 sequences) needs more memory than
-    # the 24 GiB development machine gives one process: sizes=(8, 12, 16, 20) asks for it
-    "full": {**_QUICK, "sizes": (8, 12, 16),
+    # m = 20: the first 8,164 of the 9,252 words (10^8 sequences at N = 2,291; all
+    # 9,252 would take 128,390,004 sequences and about 10 GB to certify)
+    "full": {**_QUICK, "sizes": (8, 12, 16, 20), "size_suite": {20: dict(max_sequences=10**8)},
              "suite": dict(construction="exact", max_sequences=10**9), "seeds": (0, 1, 2),
              "verify_max_sequences": 2 * 10**6,
              "kernel": dict(feature_map="table", max_epochs=3000, stop_tolerance=0.5)},
 }
 
-#: The arguments of make_witness_suite: what ``suite_params`` keeps of ``suite.params``
-_SUITE_ARGS = tuple(inspect.signature(make_witness_suite).parameters)
-
-
-def _peak_rss_mb():
-    """Peak resident set size in MB: ``VmHWM`` (a spawned process's ``ru_maxrss``
-    starts at its parent's), NaN without /proc."""
-    try:
-        with open("/proc/self/status") as fh:
-            return next(int(x.split()[1]) / 1024 for x in fh if x.startswith("VmHWM:"))
-    except (OSError, StopIteration):
-        return float("nan")
-
-
-def _measure_in_process(n_bits, suite, folder):
-    """Build, certify, write and verify one size (in a fresh process): its row and,
-    without ``folder``, its family (else None: read back from ``folder/family.npz``)."""
-    imported = _peak_rss_mb()
-    suite = make_witness_suite(n_bits, **suite)
-    t0 = time.perf_counter()
-    rank, cert = certify(suite.family, return_certificate=True)
-    certify_time = time.perf_counter() - t0
-    peak = _peak_rss_mb()
-    family, text = suite.family, cert.to_json()
-    if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-        family.save(folder / "family.npz")
-        with gzip.open(folder / "certificate.json.gz", "wt") as fh:
-            fh.write(text)
-        family = load_family(folder / "family.npz")       # verify what was written
-        with gzip.open(folder / "certificate.json.gz", "rt") as fh:
-            text = fh.read()
-    cert = Certificate.from_json(text)
-    t0 = time.perf_counter()
-    verify_certificate(cert, family)
-    verify_time = time.perf_counter() - t0
-    params = {k: v for k, v in suite.params.items() if k in _SUITE_ARGS}
-    row = dict(
-        n_bits=n_bits, code=suite.params["code"], seq_len=family.seq_len,
-        n_queries=int(suite.params["n_queries"]), n_sequences=len(family),
-        certified_min_rank=int(rank), constructive_rank=int(suite.constructive_rank),
-        exact=bool(rank == suite.constructive_rank),
-        suite_params=json.dumps(params, sort_keys=True),
-        certificate=None if folder is None else f"{folder.name}/certificate.json.gz",
-        family=None if folder is None else f"{folder.name}/family.npz",
-        certify_time=certify_time, verify_time=verify_time, peak_memory=peak,
-        import_memory=imported)
-    return row, (family if folder is None else None)
-
-
-class _SizeFailed(Exception):
-    """A size whose measuring process ran out of memory or ended without a result."""
-
-
-def _child(conn, n_bits, suite, folder):
-    """Target of the measuring process: sends ``(status, payload)`` back."""
-    try:
-        conn.send(("ok", _measure_in_process(n_bits, suite, folder)))
-    except MemoryError as exc:
-        conn.send(("failed", f"MemoryError: {exc}".rstrip(": ")))
-    except Exception as exc:  # raised again in the parent
-        conn.send(("raise", exc))
-    finally:
-        conn.close()
-
-
-def _in_fresh_process(n_bits, suite, folder):
-    """:func:`_measure_in_process` in a spawned process of its own, so that its peak
-    memory is that size's alone; :class:`_SizeFailed` when it runs out of memory or
-    ends without a result (e.g. killed by the system's out-of-memory killer)."""
-    ctx = multiprocessing.get_context("spawn")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, n_bits, suite, folder), daemon=True)
-    proc.start()
-    send.close()
-    try:
-        status, payload = recv.recv()
-    except EOFError:
-        proc.join()
-        killed = "; killed: out of memory?" if proc.exitcode == -9 else ""
-        raise _SizeFailed(f"the measuring process ended without a result (exit code "
-                          f"{proc.exitcode}{killed})") from None
-    finally:
-        recv.close()
-        proc.join(timeout=60)
-        proc.terminate()   # only a process that hangs is still there
-    if status == "raise":
-        raise payload
-    if status == "failed":
-        raise _SizeFailed(payload)
-    return payload
+def _suite(cfg, m):
+    """The keyword arguments of ``make_witness_suite`` for size ``m``."""
+    return {**cfg["suite"], **cfg["size_suite"].get(m, {})}
 
 
 def _construction(recipe, row, family):
     """The R3 head with one feature per word, saved to ``solvers/``, reloaded and
-    verified on every sequence of families up to ``verify_max_sequences`` (else NaN)."""
+    verified on every sequence of families up to ``verify_max_sequences``, on a seeded
+    uniform sample of ``solver_sample`` sequences of larger ones."""
     est = exact_kernel_realization(tokens=family.tokens, seq_len=family.seq_len)
     path = None
     if recipe.out is not None:
@@ -166,11 +81,14 @@ def _construction(recipe, row, family):
         path.parent.mkdir(parents=True, exist_ok=True)
         joblib.dump(est, path)
         est = joblib.load(path)
-    err, cap, step = float("nan"), recipe.cfg["verify_max_sequences"], 1 << 16
-    if cap is None or len(family) <= cap:     # compact slices: bounded memory
-        parts = (family[a:a + step] for a in range(0, len(family), step))
-        err = max(verify_solver(est, part, part.targets()) for part in parts)
-    return dict(solver_max_error=err,
+    cap, step, n = recipe.cfg["verify_max_sequences"], 1 << 16, len(family)
+    rows = (slice(a, a + step) for a in range(0, n, step))  # compact slices: bounded memory
+    if cap is not None and n > cap:
+        n = min(n, recipe.cfg["solver_sample"])
+        sample = np.sort(np.random.default_rng(0).choice(len(family), n, replace=False))
+        rows = (sample[a:a + step] for a in range(0, n, step))
+    err = max(verify_solver(est, part, part.targets()) for part in map(family.__getitem__, rows))
+    return dict(solver_max_error=err, solver_sequences=n,
                 solver=None if path is None else str(path.relative_to(recipe.out)))
 
 
@@ -178,9 +96,9 @@ def _measure_size(recipe, m):
     """The summary row of size ``m`` (with its ``error`` when it runs out of memory)."""
     folder = None if recipe.out is None else recipe.out / f"m{m}"
     try:
-        row, family = _in_fresh_process(m, recipe.cfg["suite"], folder)
-    except (MemoryError, _SizeFailed) as exc:
-        text = str(exc) if isinstance(exc, _SizeFailed) else f"MemoryError: {exc}".rstrip(": ")
+        row, family = in_fresh_process(m, _suite(recipe.cfg, m), folder)
+    except (MemoryError, SizeFailed) as exc:
+        text = str(exc) if isinstance(exc, SizeFailed) else f"MemoryError: {exc}".rstrip(": ")
         return dict(n_bits=m, exact=False, error=text)
     if family is None:
         family = load_family(folder / "family.npz")
@@ -199,7 +117,7 @@ def _done_rows(recipe):
         if isinstance(row.get("error"), str) or not isinstance(row.get("suite_params"), str):
             continue
         params = json.loads(row["suite_params"])
-        if any(params.get(k) != v for k, v in recipe.cfg["suite"].items()):
+        if any(params.get(k) != v for k, v in _suite(recipe.cfg, int(row["n_bits"])).items()):
             continue
         files = [row[c] for c in ("certificate", "family", "solver") if isinstance(row[c], str)]
         if len(files) == 3 and all((recipe.out / f).is_file() for f in files):
@@ -234,7 +152,7 @@ def _transition(recipe):
     :func:`~minip_learn.model_selection.rank_sweep`)."""
     cfg = recipe.cfg
     m = int(cfg["transition_bits"])
-    suite = make_witness_suite(m, **cfg["suite"])
+    suite = make_witness_suite(m, **_suite(cfg, m))
     bound, r = int(suite.certified_min_rank), int(suite.constructive_rank)
     ranks = cfg["ranks"] or sorted({max(1, r // 2), r - 1, r, r + 16, 2 * r})
     if not cfg["compact_input"] and suite.X is None:
@@ -322,7 +240,9 @@ def _row_text(r):
             "exact": ("yes" if str(r["exact"]) == "True" else "no") if ok else "-",
             "certify (s)": fmt(r.get("certify_time")), "verify (s)": fmt(r.get("verify_time")),
             "peak (MB)": fmt(r.get("peak_memory"), 4),
-            "R3 max error": fmt(r.get("solver_max_error")), "error": "" if ok else r["error"]}
+            "build peak (MB)": fmt(r.get("build_peak_memory"), 4),
+            "R3 max error": fmt(r.get("solver_max_error")),
+            "R3 checked on": fmt(r.get("solver_sequences")), "error": "" if ok else r["error"]}
 
 
 def _markdown(summary, length, transition, growth, checks, cfg, imported):
@@ -340,12 +260,14 @@ def _markdown(summary, length, transition, growth, checks, cfg, imported):
         f"Trained heads on the m = {t.n_bits} family (N = {t.seq_len}, exact rank "
         f"{t.rank}): " + settings_text(cfg["kernel"]) + f"; seeds {list(cfg['seeds'])}.\n\n"
         + markdown_table(t.table),
-        "peak (MB): peak resident set size (VmHWM) of a fresh process that imports "
-        "the library, builds the family and certifies it"
-        + (f" (after its imports alone: {imported:.0f} MB in this run)"
-           if np.isfinite(imported) else "") + ". R3 max error: the head with "
-        f"one feature per word, on every sequence (-: family above "
-        f"verify_max_sequences = {cfg['verify_max_sequences']})."])
+        "peak (MB): peak resident set size (VmHWM) of a fresh process while it certifies "
+        "the family it holds (its imports included"
+        + (f": {imported:.0f} MB alone in this run" if np.isfinite(imported) else "")
+        + "); build peak (MB): the same before, while make_witness_suite builds the family "
+        "(with its own certificate and per-slot targets). R3 max error: the head with one "
+        f"feature per word, on every sequence of a family up to verify_max_sequences = "
+        f"{cfg['verify_max_sequences']}, on a seeded uniform sample of solver_sample = "
+        f"{cfg['solver_sample']} sequences of a larger one (R3 checked on: how many)."])
     return report(
         "Exact minimum rank (R9)",
         "Families of R4 sequences over complement-closed constant-weight codes at the "
@@ -362,7 +284,7 @@ def exact_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progres
     ----------
     quick : bool, default=True
         ``SETTINGS["exact"]["quick"]`` (sizes 8, 12, 16; one seed of a few epochs) or
-        ``["full"]`` (sizes 8, 12, 16; three seeds of up to 3,000 epochs).
+        ``["full"]`` (sizes 8, 12, 16, 20; three seeds of up to 3,000 epochs).
     out : str or path, default=None
         Folder for ``summary.csv`` (columns :data:`SUMMARY_COLUMNS`, rewritten as each
         size finishes), ``summary.md``, ``length.csv``, ``results.csv`` (the trained
@@ -376,9 +298,13 @@ def exact_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progres
     **settings
         Overrides: ``sizes``, ``suite`` (keyword arguments of
         :func:`~minip_learn.datasets.make_witness_suite` besides ``n_bits``),
+        ``size_suite`` (``n_bits`` -> the arguments that replace ``suite``'s for that
+        size: the family of a size is ``make_witness_suite(m, **{**suite,
+        **size_suite[m]})``, and ``summary.csv``'s ``suite_params`` rebuilds it),
         ``length`` (family name -> its keyword arguments), ``max_seq_len``,
         ``transition_bits``, ``ranks``, ``seeds``, ``kernel``, ``verify_max_sequences``
-        (largest family on which the R3 head is verified; None: all) and
+        (largest family on which the R3 head is verified on every sequence; None: every
+        family), ``solver_sample`` (the sample of a larger family it is verified on) and
         ``compact_input`` (True: the sweep gets the ``CompactFamily`` and per-slot
         targets; False: the materialised sequences, which exist up to 256 MiB).
 
@@ -441,9 +367,5 @@ def _measure_sizes(recipe, progress):
 
 
 def _progress_line(row, resumed):
-    if isinstance(row.get("error"), str):
-        return f"m = {row['n_bits']}: {row['error']}"
-    return (f"m = {row['n_bits']}: N = {row['seq_len']}, {row['n_sequences']:,} sequences, "
-            f"certified {row['certified_min_rank']} / constructive {row['constructive_rank']}"
-            f"; certify {row['certify_time']:.1f} s, peak {row['peak_memory']:.0f} MB, R3 "
-            f"error {fmt(row['solver_max_error'])}" + (" (resumed)" if resumed else ""))
+    return f"m = {row['n_bits']}: " + ", ".join(f"{k} {v}" for k, v in _row_text(row).items()
+                                                 if v) + (" (resumed)" if resumed else "")

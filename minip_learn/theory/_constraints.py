@@ -20,20 +20,32 @@ from collections import Counter
 
 import numpy as np
 
-from ..compact import index_dtype, is_compact, overlap_words, pack_tokens, token_ids
+from ..compact import is_compact, overlap_words, pack_tokens, smallest_int_dtype, token_ids
 
 __all__ = ["Constraints", "Reach", "constraints", "constraints_reference", "isin", "reach",
            "reach_reference"]
 
 
 class Constraints:
-    """Tokens of a family and its R4 triples (arrays sorted by ``(x, y, z)``)."""
+    """Tokens of a family and its R4 triples (arrays sorted by ``(x, y, z)``).
+
+    Token indices are held in the smallest dtype that fits (int16 below 32,768 tokens)
+    and the gaps in the smallest one that holds ``n_bits``; the denominators ``K`` are
+    computed from the gaps when asked for (``K=None``), as :func:`step_denominators`.
+    """
 
     def __init__(self, tokens, seq_len, x, y, z, K, gap):
         self.tokens = tokens
         self.seq_len = seq_len
-        self.x, self.y, self.z, self.K, self.gap = x, y, z, K, gap
+        self.x, self.y, self.z, self._K, self.gap = x, y, z, K, gap
         self.words = pack_tokens(tokens)
+
+    @property
+    def K(self):
+        """One step's denominators ``(N-2)(gap-1)``."""
+        if self._K is None:
+            return step_denominators(self.seq_len, self.gap)
+        return self._K
 
     def __len__(self):
         return len(self.x)
@@ -46,7 +58,20 @@ class Constraints:
         """Drop the triples, keeping the tokens and :meth:`overlap` (frees memory once
         the chains are computed)."""
         e = np.zeros(0, dtype=np.int64)
-        self.x = self.y = self.z = self.K = self.gap = e
+        self.x = self.y = self.z = self._K = self.gap = e
+
+
+def token_index_dtype(n_tokens):
+    """The dtype of token indices (and -1): int16 below 32,768 tokens, else int32/int64."""
+    return smallest_int_dtype(max(int(n_tokens) - 1, 2**8), -1)
+
+
+def step_denominators(N, gap):
+    """``(N-2)(gap-1)`` as int32 when every value fits (int64 otherwise)."""
+    K = (N - 2) * (np.asarray(gap).astype(np.int64) - 1)
+    if not K.size or K.max() < 2**31:
+        K = K.astype(np.int32)
+    return K
 
 
 class Reach:
@@ -54,6 +79,7 @@ class Reach:
 
     def __init__(self, x, s, t, K, pred):
         self.x, self.s, self.t, self.K, self.pred = x, s, t, K, pred
+        self.dropped = 0                    # rows left out (see reach's drop_single)
 
     def __len__(self):
         return len(self.x)
@@ -95,6 +121,7 @@ class _Overlaps:
 
     def __init__(self, tokens):
         T, m = tokens.shape
+        self.n_bits = m
         if T * T <= self.MAX_TABLE:
             t = tokens.astype(np.float32)
             self.table = np.rint(t @ t.T).astype(np.int8 if m < 128 else np.int16)
@@ -106,40 +133,61 @@ class _Overlaps:
             return self.table[a, b].astype(np.int64)
         return overlap_words(self.words, a, b)
 
+    def gaps(self, x, y, z):
+        """``<x, z> - <x, y>`` in the smallest dtype holding ``+-n_bits`` (in slices)."""
+        m = self.n_bits
+        out = np.empty(len(x), dtype=smallest_int_dtype(m, -m))
+        for a in range(0, len(x), SLOT_CHUNK):
+            sl = slice(a, a + SLOT_CHUNK)
+            out[sl] = self(x[sl], z[sl]) - self(x[sl], y[sl])
+        return out
+
 
 def _constraints_of(tokens, N, x, y, z, overlaps):
     """Constraints from sorted, distinct triples of gap >= 2 (indices in small dtypes);
-    ``overlaps`` is the tokens' :class:`_Overlaps`."""
-    idx = index_dtype(len(tokens))
+    ``overlaps`` is the tokens' :class:`_Overlaps`. The denominators are not stored:
+    :attr:`Constraints.K` derives them from the gaps."""
+    idx = token_index_dtype(len(tokens))
     x, y, z = (a.astype(idx, copy=False) for a in (x, y, z))
-    gap = overlaps(x, z) - overlaps(x, y)
-    gap = gap.astype(np.int16 if gap.size and gap.max() < 2**15 else np.int64)
-    K = (N - 2) * (gap.astype(np.int64) - 1)
-    if not K.size or K.max() < 2**31:       # one step's denominator: small in practice
-        K = K.astype(np.int32)
-    return Constraints(tokens, N, x, y, z, K, gap)
+    return Constraints(tokens, N, x, y, z, None, overlaps.gaps(x, y, z))
+
+
+def fill_from(parts, dtype=None):
+    """``np.concatenate(parts)``, emptying the list part by part as it is copied: the
+    output's pages are touched as they are written, so the peak is about one copy."""
+    out = np.empty(sum(len(p) for p in parts), dtype=dtype or parts[0].dtype)
+    pos = 0
+    parts.reverse()
+    while parts:
+        p = parts.pop()
+        out[pos:pos + len(p)] = p
+        pos += len(p)
+        del p
+    return out
 
 
 def _from_codes(tokens, N, parts, overlaps):
     """Constraints from lists of triple codes ``(x T + y) T + z`` (sorted, deduplicated
-    here, in place: no second copy of the codes)."""
+    and decoded here in slices: one array of codes at a time)."""
     T = np.int64(len(tokens))
     if not parts:
         return _empty(tokens, N)
-    codes = np.concatenate(parts) if len(parts) > 1 else parts[0]
-    parts.clear()
+    codes = fill_from(parts, np.int64)
     codes.sort()
+    keep = np.ones(len(codes), dtype=bool)
     if len(codes):
-        keep = np.ones(len(codes), dtype=bool)
         keep[1:] = codes[1:] != codes[:-1]
-        codes = codes[keep]
-        del keep
-    idx = index_dtype(T)
-    x, y, z = (np.empty(len(codes), dtype=idx) for _ in range(3))
+    idx = token_index_dtype(T)
+    n = int(np.count_nonzero(keep))
+    x, y, z = (np.empty(n, dtype=idx) for _ in range(3))
+    b = 0
     for a in range(0, len(codes), SLOT_CHUNK):   # decoded in slices: small temporaries
-        x[a:a + SLOT_CHUNK], rest = np.divmod(codes[a:a + SLOT_CHUNK], T * T)
-        y[a:a + SLOT_CHUNK], z[a:a + SLOT_CHUNK] = np.divmod(rest, T)
-    del codes
+        c = codes[a:a + SLOT_CHUNK][keep[a:a + SLOT_CHUNK]]
+        sl = slice(b, b + len(c))
+        x[sl], rest = np.divmod(c, T * T)
+        y[sl], z[sl] = np.divmod(rest, T)
+        b += len(c)
+    del codes, keep
     return _constraints_of(tokens, N, x, y, z, overlaps)
 
 
@@ -179,12 +227,15 @@ def isin(values, sorted_unique):
     return sorted_unique[pos] == values
 
 
-def constraints(X):
+def constraints(X, query="all"):
     """R4 triples of a validated binary family (vectorised).
 
     Parameters
     ----------
     X : ndarray of shape (n_samples, seq_len, n_bits), 0/1 values, or CompactFamily
+    query : {"all", "last"}
+        ``"last"``: only the triples whose query is the final token of S1, S2 and S3
+        (final-query Min-IP; for a CompactFamily the token of the last real slot).
 
     Returns
     -------
@@ -193,13 +244,16 @@ def constraints(X):
     if is_compact(X):
         def chunks():
             for a in range(0, len(X.token_ids), SLOT_CHUNK):
-                yield _three_slots(X.token_ids[a:a + SLOT_CHUNK], X.counts[a:a + SLOT_CHUNK])
+                ids, cnt = X.token_ids[a:a + SLOT_CHUNK], X.counts[a:a + SLOT_CHUNK]
+                u, c = _three_slots(ids, cnt)
+                yield (u, c) if query == "all" else (u, c, _last_of_slots(ids))
 
         return _slot_constraints(X.tokens, X.seq_len, chunks)
     n, N, m = X.shape
     tokens, ids = token_ids(X)
     if N < 3:
         return _empty(tokens, N)
+    last = None if query == "all" else ids[:, -1].astype(np.int64)
     # each sequence's distinct tokens and their multiplicities (run lengths of the
     # sorted ids); sequences of more than three distinct tokens constrain nothing
     srt = np.sort(ids, axis=1)
@@ -208,13 +262,23 @@ def constraints(X):
     start[:, 1:] = srt[:, 1:] != srt[:, :-1]
     keep = start.sum(axis=1) <= 3
     srt, start = srt[keep], start[keep]
+    if last is not None:
+        last = last[keep]
     slot = np.cumsum(start, axis=1, dtype=np.int8) - 1
     rows = np.broadcast_to(np.arange(len(srt))[:, None], slot.shape)
     u = np.full((len(srt), 3), -1, dtype=np.int64)
     c = np.zeros((len(srt), 3), dtype=np.int64)
     u[rows, slot] = srt
     np.add.at(c, (rows, slot), 1)
-    return _slot_constraints(tokens, N, lambda: iter([(u, c)]))
+    return _slot_constraints(tokens, N, lambda: iter([(u, c) if last is None else (u, c, last)]))
+
+
+def _last_of_slots(ids):
+    """Id of the final token of compact rows (their last real slot), for the rows
+    :func:`_three_slots` keeps."""
+    real = ids >= 0
+    last = ids[np.arange(len(ids)), real.shape[1] - 1 - np.argmax(real[:, ::-1], axis=1)]
+    return last[real.sum(axis=1) <= 3].astype(np.int64)
 
 
 def _three_slots(ids, counts):
@@ -253,9 +317,11 @@ def _slot_constraints(tokens, N, chunks):
     """R4 triples from sequences given as three (id, count) slots each.
 
     ``chunks()`` yields ``(u, c)``: (n, 3) int64 ids (-1 padding) and counts, slice by
-    slice. Two passes: the S1 multisets ``{x, y^(N-1)}`` first, then the triples
-    ``{x, y, z^(N-2)}`` whose two S1 are present, kept as one int64 code each when
-    the tokens allow (memory: one code per triple). ``y`` or ``z`` may equal ``x``.
+    slice, or ``(u, c, last)`` with the id of each sequence's final token: then only
+    the roles whose query is that token count (final-query Min-IP). Two passes: the S1
+    multisets ``{x, y^(N-1)}`` first, then the triples ``{x, y, z^(N-2)}`` whose two S1
+    are present, kept as one int64 code each when the tokens allow (memory: one code
+    per triple). ``y`` or ``z`` may equal ``x``.
     """
     if N < 3:
         return _empty(tokens, N)
@@ -266,20 +332,24 @@ def _slot_constraints(tokens, N, chunks):
     s3_roles = [(p, q, r) for p in range(3) for q in range(3) for r in range(3) if r != q]
     s3_codes = _role_codes(N, [((p, 1), (q, 1), (r, N - 2)) for p, q, r in s3_roles])
     s1 = [np.zeros(0, dtype=np.int64)]
-    for u, c in chunks():
+    for u, c, *last in chunks():
         sig = c[:, 0] + c[:, 1] * base + c[:, 2] * (base * base)
         for (p, q), code in zip(s1_roles, s1_codes):
             ok = np.flatnonzero(sig == code)
+            if last:
+                ok = ok[u[ok, p] == last[0][ok]]
             if len(ok):
                 s1.append(sorted_unique(u[ok, p] * T + u[ok, q]))
     s1 = _Membership(sorted_unique(np.concatenate(s1)), T)
     by_code = float(T) ** 3 < 2.0 ** 62
     overlaps = _Overlaps(tokens)
     parts = []
-    for u, c in chunks():
+    for u, c, *last in chunks():
         sig = c[:, 0] + c[:, 1] * base + c[:, 2] * (base * base)
         for (p, q, r), code in zip(s3_roles, s3_codes):
             ok = np.flatnonzero(sig == code)
+            if last:
+                ok = ok[u[ok, p] == last[0][ok]]
             if not len(ok):
                 continue
             x, y, z = u[ok, p], u[ok, q], u[ok, r]
@@ -294,30 +364,36 @@ def _slot_constraints(tokens, N, chunks):
     return _finish(tokens, N, np.concatenate(parts) if parts else np.zeros((0, 3), np.int64))
 
 
-def constraints_reference(X):
+def constraints_reference(X, query="all"):
     """R4 triples of a validated binary family (plain Python over multisets).
 
-    ``X`` is an array of sequences or a CompactFamily.
+    ``X`` is an array of sequences or a CompactFamily; ``query="last"`` keeps the
+    triples whose query is the final token of its three sequences.
     """
+    # each sequence: (its multiset, its final token or None when any token may query)
     if is_compact(X):
         tokens, N = X.tokens, X.seq_len
-        multisets = {tuple(sorted((i, c) for i, c in zip(ids, cnt) if i >= 0))
+        multisets = {(tuple(sorted((i, c) for i, c in zip(ids, cnt) if i >= 0)),
+                      [i for i in ids if i >= 0][-1] if query == "last" else None)
                      for ids, cnt in zip(X.token_ids.tolist(), X.counts.tolist())}
     else:
         n, N, m = X.shape
         tokens, inv = np.unique(X.reshape(-1, m).astype(np.uint8), axis=0,
                                 return_inverse=True)
         ids = np.asarray(inv).reshape(n, N)
-        multisets = {tuple(sorted(Counter(row).items())) for row in ids.tolist()}
+        multisets = {(tuple(sorted(Counter(row).items())), row[-1] if query == "last" else None)
+                     for row in ids.tolist()}
     if N < 3:
         return _empty(tokens, N)
     T = len(tokens)
     s1, triples = [], []
-    for ms in multisets:
+    for ms, last in multisets:
         c = Counter(dict(ms))
         if len(c) > 3:
             continue
         for x in c:
+            if last is not None and x != last:
+                continue
             for y in c:
                 need = Counter({x: 1})
                 need[y] += N - 1
@@ -354,11 +430,16 @@ def _int64_safe(cons):
 REACH_BLOCK = 1 << 22
 
 
-def reach(cons):
+def reach(cons, *, drop_single=False):
     """Best chains of every (query, source) in the constraint DAGs (vectorised).
 
     The queries are taken in blocks of about :data:`REACH_BLOCK` constraints, so that
-    the temporaries of the dynamic programme stay those of one block.
+    the temporaries of the dynamic programme stay those of one block; the blocks'
+    rows are copied into the result column by column, each block freed as it goes.
+
+    ``drop_single``: leave out the rows of a source that reaches a single key when
+    another source of the same query reaches more (the search takes such a source
+    only into a set of at most two; ``Reach.dropped`` counts the rows left out).
     """
     if not _int64_safe(cons):
         return reach_reference(cons)
@@ -372,25 +453,56 @@ def reach(cons):
                 b = int(np.searchsorted(cons.x, cons.x[a], side="right"))
         blocks.append((a, b))
         a = b
-    parts = [_reach_block(cons, a, b) for a, b in blocks] or [_reach_block(cons, 0, 0)]
+    parts, dropped = [], 0
+    for a, b in blocks or [(0, 0)]:
+        cols = _reach_block(cons, a, b)
+        if drop_single:
+            cols, n = _drop_single(cols, np.int64(len(cons.tokens)))
+            dropped += n
+        parts.append(cols)
     if len({p[3].dtype for p in parts}) > 1:          # products as int64 in every block
         for p in parts:
             p[3] = p[3].astype(np.int64)
     cols = []
     for c in range(5):                      # one column at a time, freeing the parts
-        cols.append(np.concatenate([p[c] for p in parts]) if len(parts) > 1 else parts[0][c])
+        col = [p[c] for p in parts]
         for p in parts:
             p[c] = None
-    return Reach(*cols)
+        cols.append(col[0] if len(col) == 1 else fill_from(col))
+    R = Reach(*cols)
+    R.dropped = dropped
+    return R
+
+
+def _drop_single(cols, T):
+    """The rows of ``cols`` (one block, sorted) without the sources reaching one key
+    whose query has a source reaching more; and the number of rows left out."""
+    x, s = cols[0], cols[1]
+    code = x.astype(np.int64) * T + s
+    new = np.ones(len(code), dtype=bool)
+    new[1:] = code[1:] != code[:-1]
+    first = np.flatnonzero(new)
+    count = np.diff(np.append(first, len(code)))
+    qx = x[first]
+    qnew = np.ones(len(qx), dtype=bool)
+    qnew[1:] = qx[1:] != qx[:-1]
+    qid = np.cumsum(qnew) - 1
+    best = np.maximum.reduceat(count, np.flatnonzero(qnew)) if len(qx) else count
+    drop = (count == 1) & (best[qid] >= 2)
+    if not drop.any():
+        return cols, 0
+    keep = ~np.repeat(drop, count)
+    return [c[keep] for c in cols], int(drop.sum())
 
 
 def _reach_block(cons, a, b):
     """Columns (x, s, t, K, pred) of the chains of the constraints ``a:b`` (whole
     queries), sorted by (x, s, t)."""
     T = np.int64(len(cons.tokens))
-    idx = index_dtype(T)
-    ex, ey, ez, eK, eg = (v[a:b] for v in (cons.x, cons.y, cons.z, cons.K, cons.gap))
-    ex, ey = ex.astype(np.int64), ey.astype(np.int64)
+    idx = token_index_dtype(T)
+    ex, ey, ez, eg = (v[a:b] for v in (cons.x, cons.y, cons.z, cons.gap))
+    eK = step_denominators(cons.seq_len, eg) if cons._K is None else cons._K[a:b]
+    ex, ey, eg = ex.astype(np.int64), ey.astype(np.int64), eg.astype(np.int64)
     ecode = ex * T + ey                     # sorted (edges are sorted by x, y, z)
     src_code = sorted_unique(ecode)
     sx, ss = src_code // T, src_code % T

@@ -38,6 +38,7 @@ JSON (:meth:`Certificate.to_json`) and checked by
 import itertools
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -46,16 +47,17 @@ import numpy as np
 
 from .._memory import trim_heap
 from .._validation import check_sequences
-from ..compact import is_compact
+from ..compact import is_compact, smallest_int_dtype
 from ._constraints import (
     Reach,
     constraints,
     constraints_reference,
+    fill_from,
     isin,
     reach,
     reach_reference,
 )
-from ._selection import prune_rows, reciprocal, reciprocals
+from ._selection import prune_rows, reciprocals
 from .bounds import integer_above, rank_from_denominators, rank_from_sums, resolve_near_integer
 
 __all__ = ["Certificate", "ChainTrees", "certify", "family_constraints"]
@@ -67,6 +69,9 @@ EXACT_MAX_NODES = 20000
 #: largest candidate graph held as a dense matrix; larger graphs keep, per query, the
 #: candidates of highest degree
 MAX_DENSE_CANDIDATES = 8000
+
+#: what a certificate is about: every position, or the final position only
+QUERY_MODES = ("all", "last")
 
 JSON_FORMAT = "minip-learn certificate"
 JSON_VERSION = 1
@@ -185,6 +190,10 @@ class Certificate:
     exhaustive : bool
         Whether the exhaustive search ran to completion (the bound is then the best
         that any set of pairs gives with these chains).
+    query : {"all", "last"}
+        The sequences the bound is about: ``"all"``, heads checked at every position;
+        ``"last"``, final-query Min-IP, only at each sequence's final token (every
+        sequence a chain step uses has the query last).
 
     Examples
     --------
@@ -212,6 +221,7 @@ class Certificate:
     reason: str
     strategy: str = "none"
     exhaustive: bool = False
+    query: str = "all"
 
     def __int__(self):
         return int(self.certified_min_rank)
@@ -220,7 +230,8 @@ class Certificate:
         return (
             f"Certificate(certified_min_rank={self.certified_min_rank}, "
             f"n_queries={len(self.queries)}, seq_len={self.seq_len}, "
-            f"n_bits={self.n_bits}, n_constraints={self.n_constraints})"
+            f"n_bits={self.n_bits}, n_constraints={self.n_constraints}"
+            + (f", query={self.query!r})" if self.query != "all" else ")")
         )
 
     def chain(self, i, j):
@@ -244,6 +255,8 @@ class Certificate:
             f"certified minimum rank: {self.certified_min_rank}",
             f"reason: {self.reason}",
         ]
+        if self.query == "last":
+            lines.append("final-query Min-IP: every sequence used has its query last")
         if n >= 2:
             off = ~np.eye(n, dtype=bool)
             depth = [self._depths(i) for i in range(n)]
@@ -304,15 +317,14 @@ class Certificate:
             tokens=["".join("1" if b else "0" for b in t) for t in self.tokens.tolist()],
             query_index=[int(i) for i in self.query_index],
             key_index=[int(i) for i in self.key_index],
-            eps_denominators=[[int(k) for k in row] for row in self.eps_denominators],
-            overlap_gaps=np.asarray(self.overlap_gaps, dtype=np.int64).tolist(),
-            parents=[sorted([int(c), int(p)] for c, p in par.items()) for par in self.parents],
+            eps_denominators=_LARGE["eps_denominators"], overlap_gaps=_LARGE["overlap_gaps"],
+            parents=_LARGE["parents"],
             frobenius_value=f"{self.frobenius_value.numerator}/{self.frobenius_value.denominator}",
             diagonally_dominant=bool(self.diagonally_dominant),
             n_constraints=int(self.n_constraints), reason=self.reason,
-            strategy=self.strategy, exhaustive=bool(self.exhaustive),
+            strategy=self.strategy, exhaustive=bool(self.exhaustive), query=self.query,
         )
-        return json.dumps(doc, indent=indent)
+        return _dumps(doc, self, indent)
 
     @classmethod
     def from_json(cls, text):
@@ -334,7 +346,7 @@ class Certificate:
             missing or malformed field).
         """
         try:
-            doc = json.loads(text)
+            doc = _loads(text)
         except (TypeError, json.JSONDecodeError) as exc:
             raise ValueError(f"certificate is not valid JSON: {exc}") from None
         if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
@@ -351,10 +363,14 @@ class Certificate:
             ki = np.array(doc["key_index"], dtype=np.int64)
             n = len(qi)
             K = np.ones((n, n), dtype=object)
-            for i, row in enumerate(doc["eps_denominators"]):
-                K[i, :] = [int(k) for k in row]
+            if isinstance(doc["eps_denominators"], np.ndarray):   # read by numpy
+                K = K.astype(np.int64)
+                K[:len(doc["eps_denominators"])] = doc["eps_denominators"]
+            else:
+                for i, row in enumerate(doc["eps_denominators"]):
+                    K[i, :] = [int(k) for k in row]
             K = _as_int64_if_fits(K)
-            eps = np.array([[reciprocal(k) for k in row] for row in K]).reshape(n, n)
+            eps = reciprocals(K).reshape(n, n)
             if n:
                 np.fill_diagonal(eps, 1.0)
             num, den = str(doc["frobenius_value"]).split("/")
@@ -364,19 +380,154 @@ class Certificate:
                 queries=tokens[qi], keys=tokens[ki], query_index=qi, key_index=ki,
                 eps=eps, eps_denominators=K,
                 overlap_gaps=np.array(doc["overlap_gaps"], dtype=np.int64).reshape(n, n),
-                parents=ChainTrees.from_dicts(
-                    {int(c): int(p) for c, p in par} for par in doc["parents"]),
+                parents=doc["parents"] if isinstance(doc["parents"], ChainTrees) else
+                ChainTrees.from_dicts({int(c): int(p) for c, p in par} for par in doc["parents"]),
                 frobenius_value=Fraction(int(num), int(den)),
                 diagonally_dominant=bool(doc["diagonally_dominant"]),
                 n_constraints=int(doc["n_constraints"]), reason=str(doc["reason"]),
                 strategy=str(doc.get("strategy", "none")),
                 exhaustive=bool(doc.get("exhaustive", False)),
+                query=_check_query(doc.get("query", "all")),
             )
         except KeyError as exc:
             raise ValueError(f"certificate lacks the field {exc.args[0]!r}.") from None
         except (TypeError, ValueError, IndexError) as exc:
             raise ValueError(f"malformed certificate: {exc}") from None
         return cert
+
+
+def _overlap_gaps(ov, qi, ki, m):
+    """``D[i, j] = <x_i, k_j> - <x_i, k_i>`` (int16 for up to 32,767 bits), computed a
+    block of rows at a time."""
+    n = len(qi)
+    D = np.empty((n, n), dtype=smallest_int_dtype(max(m, 2**8), -max(m, 2**8)))
+    own = ov(qi, ki)
+    step = max(1, GRAPH_CHUNK // max(n, 1))
+    for a in range(0, n, step):
+        q = qi[a:a + step]
+        D[a:a + step] = (ov(np.repeat(q, n), np.tile(ki, len(q))).reshape(len(q), n)
+                         - own[a:a + step, None])
+    return D
+
+
+# ------------------------------------------------------------------ large JSON fields
+#: placeholders of the fields that grow as n^2 (written and read without Python lists)
+_LARGE = {key: f"\x00{key}\x00" for key in ("eps_denominators", "overlap_gaps", "parents")}
+#: values longer than this (characters) are read by numpy; shorter ones by json
+LARGE_JSON_VALUE = 1 << 20
+
+
+def _dumps(doc, cert, indent):
+    """``json.dumps`` of a certificate's document; the ``n x n`` fields are written
+    row by row (the same text ``json.dumps`` gives their nested lists)."""
+    rows = {
+        "eps_denominators": lambda: ([int(k) for k in row] for row in cert.eps_denominators),
+        "overlap_gaps": lambda: (np.asarray(row, dtype=np.int64).tolist()
+                                 for row in cert.overlap_gaps),
+        "parents": lambda: (_sorted_pairs(par) for par in cert.parents),
+    }
+    if indent is not None:
+        return json.dumps({k: list(rows[k]()) if k in _LARGE else v for k, v in doc.items()},
+                          indent=indent)
+    text = json.dumps(doc)
+    for key, placeholder in _LARGE.items():
+        head, tail = text.split(json.dumps(placeholder))
+        text = "".join([head, "[", ", ".join(json.dumps(r) for r in rows[key]()), "]", tail])
+    return text
+
+
+def _sorted_pairs(tree):
+    """A chain tree as its sorted ``[child, parent]`` pairs."""
+    if isinstance(tree, ChainTree):
+        return np.stack([tree.child, tree.parent], axis=1).astype(np.int64).tolist()
+    return sorted([int(c), int(p)] for c, p in tree.items())
+
+
+def _loads(text):
+    """``json.loads`` of a certificate; the values of the ``n x n`` fields longer than
+    :data:`LARGE_JSON_VALUE` are read row by row by numpy (``eps_denominators`` and
+    ``overlap_gaps`` as int64 arrays, ``parents`` as :class:`ChainTrees`), and fall back
+    to ``json`` whenever they are not plain nested lists of int64 integers."""
+    if not isinstance(text, str) or len(text) < LARGE_JSON_VALUE:
+        return json.loads(text)
+    pieces, arrays, pos = [], {}, 0
+    for m in re.finditer(r'"(eps_denominators|overlap_gaps|parents)"\s*:\s*(?=\[)', text):
+        stop = re.compile(r"[^\[\]0-9,\s-]").search(text, m.end())
+        end = text.rfind("]", m.end(), stop.start() if stop else len(text)) + 1
+        if end - m.end() < LARGE_JSON_VALUE:
+            continue
+        value = _parse_rows(text[m.end():end], pairs=m.group(1) == "parents")
+        if value is not None:
+            arrays[m.group(1)] = value
+            pieces += [text[pos:m.end()], "null"]
+            pos = end
+    doc = json.loads("".join(pieces) + text[pos:] if pieces else text)
+    if isinstance(doc, dict):
+        doc.update(arrays)
+    return doc
+
+
+def _int_row(text):
+    """The integers of ``text`` (separated by commas, brackets ignored) as int64, or
+    None when it holds anything else or an integer beyond int64."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            row = np.fromstring(text.replace("[", " ").replace("]", " "), dtype=np.int64,
+                                sep=",")
+        except (ValueError, DeprecationWarning):
+            return None
+    info = np.iinfo(np.int64)
+    if not text.strip() or (row == info.max).any() or (row == info.min).any():
+        return None
+    return row
+
+
+def _parse_rows(value, *, pairs):
+    """A JSON list of rows of integers (``pairs``: rows of ``[child, parent]`` pairs)
+    read with numpy: an (n, k) int64 array, or :class:`ChainTrees`; None if the text
+    is anything else."""
+    value = value.strip()
+    if value[:1] != "[" or value[-1:] != "]" or re.search(r"\[\s*\]", value):
+        return None
+    close = "]]" if pairs else "]"
+    pieces = value[1:-1].split(close)
+    if pieces[-1].strip():
+        return None
+    rows = []
+    for k, piece in enumerate(pieces[:-1]):
+        piece = piece.strip()
+        if k:
+            if piece[:1] != ",":
+                return None
+            piece = piece[1:].lstrip()
+        body = piece[len(close):]
+        if piece[:len(close)] != "[" * len(close) or (not pairs and "[" in body):
+            return None
+        row = _int_row(body)
+        if row is None:
+            return None
+        if pairs:
+            if len(row) != 2 * (body.count("[") + 1) or body.count("[") != body.count("]"):
+                return None
+            row = row.reshape(-1, 2)
+        rows.append(row)
+    if pairs:
+        trees = []
+        for row in rows:
+            row = row[np.lexsort((row[:, 1], row[:, 0]))]
+            if (np.diff(row[:, 0]) <= 0).any():     # a repeated child: the general reader
+                return None
+            trees.append(row)
+        sizes = [len(r) for r in trees]
+        flat = np.concatenate(trees) if trees else np.zeros((0, 2), dtype=np.int64)
+        return ChainTrees(np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]),
+                          flat[:, 0], flat[:, 1])
+    if len({len(r) for r in rows}) > 1:
+        return None
+    return np.array(rows, dtype=np.int64).reshape(len(rows), -1)
 
 
 def _as_int64_if_fits(K):
@@ -386,7 +537,13 @@ def _as_int64_if_fits(K):
     return K
 
 
-def _trivial(tokens, N, reason, n_constraints=0):
+def _check_query(query):
+    if not isinstance(query, str) or query not in QUERY_MODES:
+        raise ValueError(f"query must be one of {list(QUERY_MODES)}; got {query!r}.")
+    return query
+
+
+def _trivial(tokens, N, reason, n_constraints=0, query="all"):
     m = tokens.shape[1]
     empty = np.zeros((0, m), dtype=np.uint8)
     return Certificate(
@@ -396,17 +553,21 @@ def _trivial(tokens, N, reason, n_constraints=0):
         eps=np.zeros((0, 0)), eps_denominators=np.zeros((0, 0), dtype=np.int64),
         overlap_gaps=np.zeros((0, 0), dtype=np.int64), parents=ChainTrees([0], [], []),
         frobenius_value=Fraction(1), diagonally_dominant=True,
-        n_constraints=n_constraints, reason=reason, exhaustive=True,
+        n_constraints=n_constraints, reason=reason, exhaustive=True, query=query,
     )
 
 
-def family_constraints(X):
+def family_constraints(X, *, query="all"):
     """All gap-domination constraints (see :ref:`theory-r4`) a family contains.
 
     Parameters
     ----------
     X : array-like of shape (n_samples, seq_len, n_bits)
         Binary sequences, ``seq_len >= 3`` (shorter families contain none).
+    query : {"all", "last"}, default="all"
+        ``"last"``: final-query Min-IP, only the constraints whose query token is the
+        final token of each of S1, S2 and S3 (the only output a final-query head is
+        held to).
 
     Returns
     -------
@@ -429,9 +590,10 @@ def family_constraints(X):
     >>> [(overlap(q, a), overlap(q, b), K) for q in edges for a, b, K in edges[q]]
     [(0, 2, 1)]
     """
+    query = _check_query(query)
     if not is_compact(X):
         X, _ = check_sequences(X, binary=True)
-    cons = constraints(X)
+    cons = constraints(X, query)
     edges = {}
     for x, y, z, K in zip(cons.x.tolist(), cons.y.tolist(), cons.z.tolist(), cons.K.tolist()):
         edges.setdefault(x, []).append((y, z, K))
@@ -447,11 +609,25 @@ def family_constraints(X):
 def _candidate_runs(R, T):
     """Candidates of the rows of ``R`` (sorted by (x, s, t)): the code ``x * T + s`` of
     each run of equal (x, s) and its length (the number of keys it reaches)."""
-    vcode = R.x * T + R.s
-    new = np.ones(len(vcode), dtype=bool)
-    new[1:] = vcode[1:] != vcode[:-1]
-    first = np.flatnonzero(new)
-    return vcode[first], np.diff(np.append(first, len(R)))
+    codes, firsts, prev = [], [], None
+    for a in range(0, len(R), GRAPH_CHUNK):     # in slices: no code per row at once
+        vcode = R.x[a:a + GRAPH_CHUNK].astype(np.int64) * T + R.s[a:a + GRAPH_CHUNK]
+        new = np.ones(len(vcode), dtype=bool)
+        new[1:] = vcode[1:] != vcode[:-1]
+        if prev is not None:
+            new[0] = vcode[0] != prev
+        prev = vcode[-1]
+        first = np.flatnonzero(new)
+        codes.append(vcode[first])
+        firsts.append(first + a)
+    if not codes:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    first = np.concatenate(firsts)
+    return np.concatenate(codes), np.diff(np.append(first, len(R)))
+
+
+#: rows of the chains (or half-edges) handled at a time when the candidate graph is built
+GRAPH_CHUNK = 1 << 22
 
 
 def _restrict(cons, R, *, primary=False, min_reach=0):
@@ -480,62 +656,109 @@ def _restrict(cons, R, *, primary=False, min_reach=0):
     return Reach(*(a[rows] for a in (R.x, R.s, R.t, R.K, R.pred)))
 
 
+def _slices(n):
+    return (slice(a, a + GRAPH_CHUNK) for a in range(0, n, GRAPH_CHUNK))
+
+
 class _Graph:
-    """Candidates (query, key) and their compatibility, from the best chains."""
+    """Candidates (query, key) and their compatibility, from the best chains.
+
+    Built from the rows of ``R`` slice by slice; the half-edges are held as one
+    int64 code ``u V + w`` each (sorted) with their denominators.
+    """
 
     def __init__(self, cons, R):
         T = np.int64(len(cons.tokens))
         # the rows of R are sorted by (x, s, t): a candidate is a run of equal (x, s)
         codes, count = _candidate_runs(R, T)
         self.x, self.s = codes // T, codes % T
+        del codes
         self.reach_size = count
         self.overlap = cons.overlap(self.x, self.s)
-        V = self.V = len(codes)
-        # half-edges u -> w: w's key is reachable from u's key in u's DAG
+        V = self.V = len(self.x)
+        Vi = np.int64(V)
+        # half-edges u -> w: w's key is reachable from u's key in u's DAG; with small
+        # denominators a half-edge and its K are packed in one int64 (sorted in place)
         by_src = np.argsort(self.s, kind="stable")
         src = self.s[by_src]
-        lo = np.searchsorted(src, R.t, side="left")
-        cnt = np.searchsorted(src, R.t, side="right") - lo
-        rows = np.flatnonzero(cnt)          # rows of R that reach some candidate's key
-        lo, cnt = lo[rows], cnt[rows]
-        rep = np.repeat(np.arange(len(rows)), cnt)
-        offs = np.cumsum(cnt) - cnt
-        w = by_src[lo[rep] + (np.arange(len(rep)) - offs[rep])]
-        del lo, offs, by_src, src
-        u = np.repeat(np.arange(V), count)[rows][rep]
-        K = R.K[rows][rep]
-        del rows, rep, cnt
-        other = self.x[u] != self.x[w]
-        u, w, K = u[other], w[other], K[other]
-        del other
-        half = u * np.int64(V) + w
-        order = np.argsort(half, kind="stable")
-        half, K = half[order], K[order]
-        both = isin(w[order] * np.int64(V) + u[order], half)
-        del u, w, order
-        self.half, self.K = half[both], K[both]
-        self.degree = np.bincount(self.half // V, minlength=V)
+        start = np.cumsum(count) - count    # the first row of every candidate
+        packed = (R.K.dtype != object and float(V) * V < 2**31
+                  and (not len(R.K) or int(R.K.max()) < 2**31))
+        halves, Ks = [], []
+        for sl in _slices(len(R)):
+            t = R.t[sl]
+            lo = np.searchsorted(src, t, side="left")
+            cnt = np.searchsorted(src, t, side="right") - lo
+            rows = np.flatnonzero(cnt)      # rows that reach some candidate's key
+            lo, cnt = lo[rows], cnt[rows]
+            rep = np.repeat(np.arange(len(rows)), cnt)
+            offs = np.cumsum(cnt) - cnt
+            w = by_src[lo[rep] + (np.arange(len(rep)) - offs[rep])]
+            u = (np.searchsorted(start, rows + sl.start, side="right") - 1)[rep]
+            K = R.K[sl][rows][rep]
+            del t, lo, cnt, rows, rep, offs
+            other = self.x[u] != self.x[w]
+            half = u[other] * Vi + w[other]
+            if packed:
+                halves.append((half << 32) | K[other].astype(np.int64))
+            else:
+                halves.append(half)
+                Ks.append(K[other])
+        del by_src, src, start
+        if not halves:
+            half, K = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=R.K.dtype)
+        elif packed:
+            half = fill_from(halves)
+            half.sort()
+            K = np.empty(len(half), dtype=R.K.dtype)
+            for sl in _slices(len(half)):
+                K[sl] = half[sl] & 0xFFFFFFFF
+            np.right_shift(half, 32, out=half)
+        else:
+            half, K = fill_from(halves), fill_from(Ks)
+            order = np.argsort(half, kind="stable")
+            half, K = half[order], K[order]
+            del order
+        both = np.empty(len(half), dtype=bool)
+        for sl in _slices(len(half)):       # keep the pairs compatible both ways
+            h = half[sl]
+            both[sl] = isin((h % Vi) * Vi + h // Vi, half)
+        if not both.all():
+            half, K = half[both], K[both]
+        del both
+        self.half, self.K = half, K
+        self.degree = np.zeros(V, dtype=np.int64)
+        for sl in _slices(len(half)):
+            self.degree += np.bincount(half[sl] // Vi, minlength=V)
         # priority: larger reach, then lower overlap with the query, then indices
         self.priority = np.lexsort((self.s, self.x, self.overlap, -self.reach_size))
 
     def denominators(self, clique):
+        """The ``n x n`` denominators of a clique (diagonal 1), a block of rows at a time."""
         c = np.asarray(clique, dtype=np.int64)
         n = len(c)
-        codes = (c[:, None] * np.int64(self.V) + c[None, :]).ravel()
-        pos = np.searchsorted(self.half, codes)
-        pos[pos >= len(self.half)] = 0
-        K = np.ones(n * n, dtype=self.K.dtype)
-        off = ~np.eye(n, dtype=bool).ravel()
-        K[off] = self.K[pos[off]]
-        return K.reshape(n, n)
+        K = np.ones((n, n), dtype=self.K.dtype)
+        if n < 2 or not len(self.half):
+            return K
+        step = max(1, GRAPH_CHUNK // n)
+        for a in range(0, n, step):
+            pos = np.searchsorted(self.half, c[a:a + step, None] * np.int64(self.V) + c)
+            pos[pos >= len(self.half)] = 0
+            block = self.K[pos]
+            i = np.arange(len(block))
+            block[i, a + i] = 1             # the diagonal
+            K[a:a + step] = block
+        return K
 
     def dense(self, keep):
         idx = np.full(self.V, -1, dtype=np.int64)
         idx[keep] = np.arange(len(keep))
-        u, w = idx[self.half // self.V], idx[self.half % self.V]
-        ok = (u >= 0) & (w >= 0)
         A = np.zeros((len(keep), len(keep)), dtype=bool)
-        A[u[ok], w[ok]] = True
+        for sl in _slices(len(self.half)):
+            h = self.half[sl]
+            u, w = idx[h // self.V], idx[h % self.V]
+            ok = (u >= 0) & (w >= 0)
+            A[u[ok], w[ok]] = True
         return A
 
 
@@ -836,19 +1059,26 @@ def _select(G):
     return clique, name, exhaustive
 
 
-def _search(cons, R):
-    """The graph and the best set of candidates: ``(G, clique, strategy, exhaustive)``.
+def _search(cons, R, full_reach=None):
+    """The best set of candidates: ``(G, clique, strategy, exhaustive, R)``.
 
     A first search on one candidate per query gives a rank ``r0``; the full search then
     runs on the candidates that could take part in a set certifying more than ``r0``
     (those reaching ``>= r0`` keys), which keeps the graph small on families where
     many tokens reach only a few keys. The better of the two sets wins.
+
+    ``R`` may lack the rows of sources reaching a single key whose query has a source
+    reaching more (``reach(cons, drop_single=True)``): the first search never takes
+    them, and the second only when ``r0 < 2``, in which case ``full_reach()`` computes
+    the chains again in full. The returned ``R`` holds the rows of every candidate
+    searched.
     """
     found = []
     r0, exhaustive = 0, True
-    for restricted in (_restrict(cons, R, primary=True), None):
-        if restricted is None:
-            restricted = _restrict(cons, R, min_reach=r0)
+    for primary in (True, False):
+        if not primary and r0 < 2 and R.dropped:   # the rows left out can matter only now
+            R = full_reach()
+        restricted = _restrict(cons, R, primary=primary, min_reach=r0)
         G = _Graph(cons, restricted)
         del restricted
         trim_heap()                         # the graph's temporaries, back to the OS
@@ -859,15 +1089,15 @@ def _search(cons, R):
         found.append((r, len(found), G, clique, strategy))
         r0 = max(r0, r)
     if not found:
-        return None, [], "none", True
+        return None, [], "none", True, R
     # the second search holds every set that could beat the first: it decides whether
     # the result is the best any set gives
     _, _, G, clique, strategy = max(found, key=lambda f: (f[0], f[1]))
-    return G, clique, strategy, exhaustive
+    return G, clique, strategy, exhaustive, R
 
 
 # --------------------------------------------------------------------------- certify
-def certify(X, *, return_certificate=False):
+def certify(X, *, query="all", return_certificate=False):
     """Certified minimum kernel rank of a family of sequences.
 
     The certificate is recomputed from the sequences themselves; nothing about how the
@@ -887,6 +1117,12 @@ def certify(X, *, return_certificate=False):
         Binary token sequences (one common length), or the same family in multiset
         form (:class:`~minip_learn.compact.CompactFamily`): the certificate depends
         only on each sequence's multiset, and the compact form is never materialised.
+    query : {"all", "last"}, default="all"
+        ``"all"``: heads held to every position. ``"last"``: final-query Min-IP (e.g.
+        causal heads read at the last token), only the constraints whose query is
+        the final token of each sequence they use (for a CompactFamily, the token of
+        the last real slot, the final position of its materialised sequences); the
+        certificate records it.
     return_certificate : bool, default=False
         Also return the :class:`Certificate` (queries, keys, eps matrix, chains...),
         which :func:`~minip_learn.theory.verify_certificate` checks independently.
@@ -914,51 +1150,57 @@ def certify(X, *, return_certificate=False):
     >>> rank, cert = certify(suite.X, return_certificate=True)
     >>> rank, len(cert.queries)
     (8, 10)
+    >>> certify(make_witness_suite(24, 3, construction="small", query="last").X,
+    ...         query="last")
+    8
     """
+    query = _check_query(query)
     if not is_compact(X):
         X, _ = check_sequences(X, binary=True)
-    cert = _certify(X)
+    cert = _certify(X, query=query)
     return (cert.certified_min_rank, cert) if return_certificate else cert.certified_min_rank
 
 
-def _certify(X, *, reference=False):
+def _certify(X, *, reference=False, query="all"):
     """Certificate of a validated binary family (``reference``: plain-Python chains)."""
     if not is_compact(X) and X.dtype != np.uint8:
         X = X.astype(np.uint8)
     N = X.shape[1]
     if reference:
-        cons = constraints_reference(X)
+        cons = constraints_reference(X, query)
     else:
-        cons = constraints(X)
+        cons = constraints(X, query)
     tokens = cons.tokens
     if N < 3:
         return _trivial(tokens, N, f"seq_len={N} <= 2: gap domination needs three tokens "
-                                   "(R1: rank 1 solves it)")
+                                   "(R1: rank 1 solves it)", query=query)
     n_constraints = len(cons)
     if not n_constraints:
-        return _trivial(tokens, N, "the family contains no (S1, S2, S3) triple with gap >= 2")
-    R = reach_reference(cons) if reference else reach(cons)
+        return _trivial(tokens, N, "the family contains no (S1, S2, S3) triple with gap >= 2"
+                        + (" and the query last" if query == "last" else ""), query=query)
+    R = reach_reference(cons) if reference else reach(cons, drop_single=True)
     cons.release()                          # the chains hold what the search needs
     trim_heap()
-    G, clique, strategy, exhaustive = _search(cons, R)
+    G, clique, strategy, exhaustive, R = _search(
+        cons, R, lambda: reach(constraints(X, query)))
     n = len(clique)
     if n < 2:
         return _trivial(tokens, N, "no two (query, key) pairs constrain each other",
-                        n_constraints)
+                        n_constraints, query=query)
     K = G.denominators(clique)
     rank, value, dominant = rank_from_denominators(K)
     c = np.asarray(clique)
     qi, ki = G.x[c], G.s[c]
-    ov = cons.overlap
-    D = (ov(np.repeat(qi, n), np.tile(ki, n)).reshape(n, n)
-         - ov(qi, ki)[:, None])
+    D = _overlap_gaps(cons.overlap, qi, ki, X.shape[2])
     T = np.int64(len(tokens))
-    rcode = R.x * T + R.s
-    lo = np.searchsorted(rcode, qi * T + ki)
-    hi = np.searchsorted(rcode, qi * T + ki + 1)
-    rows = np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]) if n else lo
-    parents = ChainTrees(np.concatenate([[0], np.cumsum(hi - lo)]), R.t[rows], R.pred[rows])
-    del rows, rcode
+    codes, count = _candidate_runs(R, T)    # the rows of a candidate are one run
+    pos = np.searchsorted(codes, qi * T + ki)
+    lo = (np.cumsum(count) - count)[pos]
+    hi = lo + count[pos]
+    del codes, count, pos
+    parents = ChainTrees(np.concatenate([[0], np.cumsum(hi - lo)]),
+                         np.concatenate([R.t[a:b] for a, b in zip(lo, hi)]),
+                         np.concatenate([R.pred[a:b] for a, b in zip(lo, hi)]))
     Kobj = K.astype(np.int64) if K.dtype != object else _as_int64_if_fits(K)
     eps = reciprocals(K)
     np.fill_diagonal(eps, 1.0)
@@ -972,5 +1214,5 @@ def _certify(X, *, reference=False):
             f"{n} mutually constrained (query, key) pairs; R5 per-pair bound "
             + ("(diagonal dominance)" if dominant else f"r > {float(value):.4f}")
         ),
-        strategy=strategy, exhaustive=bool(exhaustive),
+        strategy=strategy, exhaustive=bool(exhaustive), query=query,
     )

@@ -17,8 +17,8 @@ from minip_learn.theory import complement_closed_code, exact_family, exact_seq_l
 
 COLUMNS = ["n_bits", "code", "seq_len", "n_queries", "n_sequences", "certified_min_rank",
            "constructive_rank", "exact", "suite_params", "certificate", "family",
-           "certify_time", "verify_time", "peak_memory", "solver_max_error", "solver",
-           "error"]
+           "certify_time", "verify_time", "peak_memory", "build_peak_memory",
+           "solver_max_error", "solver_sequences", "solver", "error"]
 
 TINY = dict(sizes=(8,), length={"exact": {"n_bits": 8, "construction": "exact"}},
             transition_bits=8, seeds=(0,), kernel={"max_epochs": 3}, progress=False,
@@ -36,7 +36,10 @@ def tiny_run(tmp_path_factory):
 
 def test_registered():
     assert "exact" in EXPERIMENTS and SETTINGS["exact"] is exact.SETTINGS
-    assert SETTINGS["exact"]["full"]["sizes"] == (8, 12, 16)
+    full = SETTINGS["exact"]["full"]
+    assert full["sizes"] == (8, 12, 16, 20)
+    assert exact._suite(full, 20) == {"construction": "exact", "max_sequences": 10**8}
+    assert exact._suite(full, 16) == full["suite"]
     assert build_parser().parse_args(["reproduce", "exact", "--quick"]).experiment == "exact"
 
 
@@ -50,6 +53,7 @@ def test_summary_columns_and_values(tiny_run):
     assert row.certified_min_rank == row.constructive_rank == 14 and row.exact
     assert row.certificate == "m8/certificate.json.gz" and row.family == "m8/family.npz"
     assert row.peak_memory > 0 and row.certify_time >= 0 and row.verify_time >= 0
+    assert row.build_peak_memory > 0 and row.solver_sequences == 280
     assert pd.isna(row.error)
     assert all(res.checks.values()), res.checks
     for name in ("summary.md", "length.csv", "results.csv", "transition.csv", "growth.csv",
@@ -126,7 +130,7 @@ def test_out_of_memory_is_a_row(monkeypatch):
     def fail(n_bits, suite, folder):
         raise MemoryError("cannot allocate")
 
-    monkeypatch.setattr(exact, "_in_fresh_process", fail)
+    monkeypatch.setattr(exact, "in_fresh_process", fail)
     hadamard = {"n_bits": 24, "construction": "hadamard", "ladder_gap": None,
                 "n_queries": 4}
     res = exact_experiment(**{**TINY, "kernel": {"max_epochs": 1}, "figures": False,
@@ -160,3 +164,28 @@ def test_realization_at_large_beta():
     X = _sample(words, 3, 300)
     est = exact_kernel_realization(tokens=words, beta=3000.0)
     assert verify_solver(est, X, minip_targets(X)) < 1e-6
+
+
+def test_size_suite_and_a_sampled_solver_check(tmp_path, monkeypatch):
+    """A size's own suite arguments are in its suite_params (which rebuild it); a family
+    above verify_max_sequences has its R3 head checked on a sample of solver_sample."""
+    from types import SimpleNamespace
+
+    from minip_learn.experiments import _exact_sizes
+
+    monkeypatch.setattr(exact, "in_fresh_process", _exact_sizes.measure_in_process)
+    cfg = {**SETTINGS["exact"]["quick"], "size_suite": {12: {"n_queries": 20}},
+           "verify_max_sequences": 300, "solver_sample": 200}
+    recipe = SimpleNamespace(cfg=cfg, out=tmp_path)
+    row = exact._measure_size(recipe, 12)
+    assert (row["n_queries"], row["n_sequences"], row["solver_sequences"]) == (20, 580, 200)
+    assert row["solver_max_error"] < 0.5 and row["certified_min_rank"] == 20
+    params = json.loads(row["suite_params"])
+    assert params["n_queries"] == 20 and params["max_sequences"] == 10**8
+    rebuilt = make_witness_suite(**params).family
+    np.testing.assert_array_equal(rebuilt.token_ids,
+                                  load_family(tmp_path / row["family"]).token_ids)
+    pd.DataFrame([row], columns=COLUMNS).to_csv(tmp_path / "summary.csv", index=False)
+    assert 12 in exact._done_rows(recipe)
+    recipe.cfg = {**cfg, "size_suite": {12: {"n_queries": 16}}}
+    assert 12 not in exact._done_rows(recipe)               # other settings: measured again

@@ -441,3 +441,84 @@ def test_verification_streams_over_slices(small, monkeypatch):
                         & (X[:, 2] == cert.keys[0]).all(axis=1))] = False
     with pytest.raises(ValueError, match="S1 for query"):
         verify_certificate(cert, X[drop])
+
+
+# --------------------------------------------------------------------------- large families
+def _certify_module():
+    import sys
+
+    return sys.modules["minip_learn.theory.certify"]
+
+
+def test_everything_in_small_slices_gives_the_same_certificate(monkeypatch):
+    """Constraints, chains, graph, denominators and gaps built a few rows at a time."""
+    C = _certify_module()
+    X = make_witness_suite(12, construction="exact").family
+    whole = _certify(X).to_json()
+    monkeypatch.setattr(_constraints, "SLOT_CHUNK", 97)
+    monkeypatch.setattr(_constraints, "REACH_BLOCK", 61)
+    monkeypatch.setattr(C, "GRAPH_CHUNK", 13)
+    assert _certify(X).to_json() == whole
+    monkeypatch.setattr(C, "GRAPH_CHUNK", 1)
+    assert _certify(X).to_json() == whole
+
+
+def test_indices_are_int16_and_denominators_come_from_the_gaps():
+    X = make_witness_suite(12, construction="exact").family
+    cons = _constraints.constraints(X)
+    assert cons.x.dtype == cons.y.dtype == cons.z.dtype == np.int16
+    assert cons.gap.dtype == np.int8
+    np.testing.assert_array_equal(cons.K, (X.seq_len - 2) * (cons.gap.astype(int) - 1))
+    R = _constraints.reach(cons)
+    assert R.t.dtype == R.pred.dtype == np.int16 and R.dropped == 0
+
+
+def test_sources_reaching_one_key_are_left_out_without_changing_the_certificate():
+    """``reach(drop_single=True)`` drops them; the certificate equals the reference's,
+    also on a family whose first search certifies less than 2 (the chains are then
+    computed again in full)."""
+    C = _certify_module()
+    X = _r6()
+    cons = _constraints.constraints(X)
+    full, part = _constraints.reach(cons), _constraints.reach(cons, drop_single=True)
+    assert part.dropped == len(full) - len(part) > 0
+    assert _certify(X).to_json() == _certify(X, reference=True).to_json()
+    rng = np.random.default_rng(1)           # the 109th subfamily: the full recompute
+    for _ in range(109):
+        X = ALL_MULTISETS4[rng.choice(len(ALL_MULTISETS4), rng.integers(10, 200),
+                                      replace=False)]
+    calls = []
+    reach = C.reach
+
+    def spy(cons, drop_single=False):
+        calls.append(drop_single)
+        return reach(cons, drop_single=drop_single)
+
+    C.reach = spy
+    try:
+        fast = _certify(X)
+    finally:
+        C.reach = reach
+    assert calls == [True, False]
+    assert fast.to_json() == _certify(X, reference=True).to_json()
+
+
+def test_large_json_fields_are_read_by_numpy(small, monkeypatch):
+    C = _certify_module()
+    X, cert = small
+    text = cert.to_json()
+    monkeypatch.setattr(C, "LARGE_JSON_VALUE", 50)
+    back = Certificate.from_json(text)
+    assert isinstance(back.parents, C.ChainTrees) and back.eps_denominators.dtype == np.int64
+    assert back.to_json() == text and verify_certificate(back, X)
+    # anything but plain nested integer lists goes to the json reader, with its errors
+    doc = json.loads(text)
+    doc["eps_denominators"][1][2] = 4.0
+    assert Certificate.from_json(json.dumps(doc)).eps_denominators[1, 2] == 4
+    doc = json.loads(text)
+    doc["parents"][0][0] = [doc["parents"][0][0][0]]   # a pair of one number
+    with pytest.raises(ValueError, match="malformed"):
+        Certificate.from_json(json.dumps(doc))
+    doc = json.loads(text)
+    doc["eps_denominators"][0][1] = 2**70                # beyond int64: Python integers
+    assert Certificate.from_json(json.dumps(doc)).eps_denominators[0, 1] == 2**70
