@@ -269,7 +269,8 @@ def test_docs_artifacts_list(tmp_path, capsys, monkeypatch):
     assert "docs/_static/scaling/quick/" in rows["scaling-quick"]
     assert "scaling (full grid)" in rows["scaling"] and "~10 min" in rows["scaling"]
     assert "docs/_static/witness-quick/" in rows["witness-quick"]
-    assert lines[-1].startswith("7 artifact(s), about ")
+    assert lines[-1].startswith(f"{len(experiments.DOCS_ARTIFACTS)} artifact(s), about ")
+    assert "docs/_static/extended/mixers/" in rows["mixers"]
     assert main(["reproduce", "docs-artifacts", "--list", "--out", str(tmp_path / "site"),
                  "--only", "maps", "ood"]) == 0
     lines = capsys.readouterr().out.splitlines()
