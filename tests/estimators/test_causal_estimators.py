@@ -39,8 +39,13 @@ def test_fit_predict_and_theorem_flags(name, data):
     assert module.causal == OPTIONS[name].get("causal", False)
     assert module.positional == OPTIONS[name].get("positional")
     positional = "positional" in OPTIONS[name]
-    assert est.theorem_applies_ is (not positional)
-    assert est.theorem_ == ("paper's claim" if positional else "yes")
+    # every-position targets: a causal head is covered only on final-query targets
+    causal = OPTIONS[name].get("causal", False)
+    assert est.theorem_applies_ is (not positional and not causal)
+    if causal and not positional:
+        last = KernelAttentionRegressor(rank=3, **OPTIONS[name], **FAST).fit(X, y[:, -1])
+        assert last.query_ == "last" and last.theorem_applies_ is True
+    assert est.theorem_ == ("paper's claim" if positional else "no" if causal else "yes")
     loaded = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(loaded.predict(X), pred)
 
