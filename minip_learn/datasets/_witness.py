@@ -5,6 +5,7 @@ numpy only: the codes, designs, families and certificates come from the public A
 """
 
 import itertools
+import math
 
 import numpy as np
 from sklearn.utils import Bunch, check_random_state
@@ -57,6 +58,13 @@ every nonnegative kernel head that solves all sequences has rank >= {certified_m
 _FINAL_QUERY_TEXT = """
 Final-query form: in every sequence the query x_i is the last token and the sequence's
 single target is that of x_i; the certificate uses only these final positions."""
+
+_EVERY_ORDER_TEXT = """
+Every order: each sequence's keys (the tokens before the query) are listed in every
+distinct order, so the certificate (certify(..., positional=True)) also binds
+position-dependent feature maps, values and readouts."""
+
+ORDERS = ("fixed", "all")
 
 
 class _Design:
@@ -170,6 +178,7 @@ def make_witness_suite(
     n_queries=None,
     ladder_gap="auto",
     query="all",
+    orders="fixed",
     random_state=None,
 ):
     """Load a witness suite: Min-IP sequences that force a large kernel rank (:ref:`theory-r6`).
@@ -236,6 +245,15 @@ def make_witness_suite(
         two queries are listed once per query (``n (2n - 1)`` sequences,
         :func:`~minip_learn.theory.exact_family` with ``unique=False``), and
         ``max_sequences`` bounds that number.
+    orders : {"fixed", "all"}, default="fixed"
+        With ``query="last"``: ``"all"`` lists every sequence's keys (its first
+        ``N - 1`` tokens) in every distinct order -- an S3 ``(a, b, ..., b, x_i)`` as
+        the ``N - 1`` sequences with ``a`` at each key position -- and certifies with
+        ``certify(..., query="last", positional=True)``: the bound then holds for
+        position-dependent maps too (:ref:`theory-positional`). On a family in one
+        fixed order such maps can exploit the order (the smaller key always first).
+        ``max_sequences`` bounds the family before the orders are listed; ``X`` has
+        about ``N - 1`` times as many sequences.
     random_state : int, RandomState instance or None, default=None
         None gives the canonical family (the first words, sequences in construction
         order). Otherwise the code words are shuffled before the first ones are taken
@@ -256,13 +274,17 @@ def make_witness_suite(
         :func:`~minip_learn.theory.certify`); ``design_bound`` (predicted from the
         design, never above ``certified_min_rank``); ``constructive_rank`` (number of
         distinct tokens); ``certificate``; ``construction`` (the one used);
-        ``params`` (``make_witness_suite(**params)`` rebuilds the family);
+        ``params`` (the arguments, and ``code`` and ``ladder_steps`` saying what was
+        built: ``make_witness_suite(**params)`` without those two rebuilds the family);
         ``exact_min_rank`` (the minimum rank when the certified rank equals the
-        constructive rank, else None); ``query``; ``DESCR``. With ``query="last"``:
+        constructive rank, else None); ``query``; ``orders``; ``DESCR``. With ``query="last"``:
         ``X`` (n_sequences, seq_len, n_bits) with every query last, ``y``
         (n_sequences,) the target of the final token, and ``family`` the same
         sequences in multiset form with the query in the last real slot (so that
-        ``family.to_sequences()`` is ``X``); ``params`` then holds ``query``.
+        ``family.to_sequences()`` is ``X``); ``params`` then holds ``query``. With
+        ``orders="all"``: ``X`` and ``y`` list every order, ``family`` row ``i`` is the
+        multiset of ``X[i]`` (its ``to_sequences()`` in one order), ``orders`` and
+        ``params["orders"]`` say so, and the certificate is positional.
 
     Raises
     ------
@@ -287,9 +309,10 @@ def make_witness_suite(
     n_bits, seq_len, max_sequences, n_queries, ladder_gap, rng = _check_suite_params(
         n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap, random_state)
     query = check_query(query)
+    orders = _check_orders(orders, query)
     if construction == "exact":
         return _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state,
-                            query)
+                            query, orders)
     seq_len = 3 if seq_len is None else seq_len
     # the candidate designs are not kept: the other codes' matrices can be large
     design_bound, d, n = _choose_design(
@@ -301,23 +324,21 @@ def make_witness_suite(
         _check_materializable(d.size(n), seq_len, n_bits)
     family = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps,
                             compact=True)
-    if rng is not None:
-        family = family[rng.permutation(len(family))]
-    if query == "last":
-        family = _query_last(family)
-    rank, cert = certify(family, query=query, return_certificate=True)
+    family = _query_last(family) if query == "last" else family
+    family, X = _ordered(family, orders, rng)
+    rank, cert = certify(family if X is None else X, query=query,
+                         positional=orders == "all", return_certificate=True)
     params = dict(
         n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
         n_queries=int(n), ladder_gap=d.ladder_gap,
         ladder_steps=int(steps.max(initial=0)), max_sequences=max_sequences,
         random_state=seed_param(random_state),
     )
-    if query == "last":
-        params["query"] = query
+    _mode_params(params, query, orders)
     off = ~np.eye(n, dtype=bool)
     min_distance = int(d.dist[:n, :n][off].min()) if n > 1 else 0
     return _suite_bunch(family, d.name, d.code_desc, min_distance, words, rank, cert,
-                        design_bound, params, query)
+                        design_bound, params, query, X)
 
 
 def _check_suite_params(n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap,
@@ -403,6 +424,89 @@ def _check_materializable(n_sequences, seq_len, n_bits):
             "n_queries or seq_len.")
 
 
+def _check_orders(orders, query):
+    if not isinstance(orders, str) or orders not in ORDERS:
+        raise ValueError(f"orders must be one of {list(ORDERS)}; got {orders!r}.")
+    if orders == "all" and query != "last":
+        raise ValueError('orders="all" needs query="last": the keys are the tokens before '
+                         f"the final query; got query={query!r}.")
+    return orders
+
+
+def _mode_params(params, query, orders):
+    """Record the non-default ``query`` and ``orders`` in ``params``."""
+    if query == "last":
+        params["query"] = query
+    if orders == "all":
+        params["orders"] = orders
+
+
+def _ordered(family, orders, rng):
+    """``(family, X)``: the final-query family in every order of its keys
+    (``orders="all"``: ``X`` materialised, ``family`` row ``i`` the multiset of
+    ``X[i]``), or unchanged with ``X = None``; shuffled when ``rng`` is given."""
+    X = None
+    if orders == "all":
+        fixed = family.to_sequences()
+        rows = _key_orders(fixed)
+        _check_materializable(len(rows), family.seq_len, family.tokens.shape[1])
+        X = fixed[rows[:, 0, None], rows[:, 1:]]
+        family = family[rows[:, 0]]
+    if rng is not None:
+        perm = rng.permutation(len(family))
+        family = family[perm]
+        X = None if X is None else X[perm]
+    return family, X
+
+
+def _key_orders(X):
+    """Every distinct order of each sequence's keys (its first ``N - 1`` tokens), the
+    final token kept last: rows ``(i, p_1, ..., p_N)`` mean ``X[i, [p_1 .. p_N]]``.
+
+    The sequences are grouped by the pattern of their keys (for each key position, the
+    first position holding the same token), and each pattern's distinct orders are
+    listed once; a ``ValueError`` names the size when they would not fit in memory.
+    """
+    n, N, m = X.shape
+    keys = np.packbits(X[:, :-1], axis=2).reshape(n, N - 1, -1)
+    same = (keys[:, :, None, :] == keys[:, None, :, :]).all(axis=3)
+    patterns, inverse = np.unique(np.argmax(same, axis=2), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    sizes = [math.factorial(N - 1) // math.prod(math.factorial(c) for c in
+                                                np.unique(p, return_counts=True)[1])
+             for p in patterns]
+    _check_materializable(sum(int(s) * int(np.count_nonzero(inverse == k))
+                              for k, s in enumerate(sizes)), N, m)
+    out = []
+    for k, pattern in enumerate(patterns):
+        rows = np.flatnonzero(inverse == k)
+        perms = np.array(_distinct_orders(pattern.tolist()), dtype=np.int64)
+        idx = np.broadcast_to(perms[None], (len(rows), *perms.shape)).reshape(-1, N - 1)
+        src = np.repeat(rows, len(perms))
+        out.append(np.column_stack([src, idx, np.full(len(src), N - 1)]))
+    out = np.concatenate(out)
+    return out[np.lexsort(out[:, ::-1].T)]
+
+
+def _distinct_orders(values):
+    """The distinct permutations of ``values`` (a list with repeats) in lexicographic
+    order (the next-permutation step: no repeated order is listed)."""
+    a = sorted(values)
+    out = [list(a)]
+    while True:
+        i = len(a) - 2
+        while i >= 0 and a[i] >= a[i + 1]:
+            i -= 1
+        if i < 0:
+            return out
+        j = len(a) - 1
+        while a[j] <= a[i]:
+            j -= 1
+        a[i], a[j] = a[j], a[i]
+        a[i + 1:] = reversed(a[i + 1:])
+        out.append(list(a))
+
+
 def _query_last(family):
     """The family with each row's query (slot 0, the design's query) moved to the last
     real slot: materialised, every sequence ends with its query."""
@@ -416,11 +520,14 @@ def _query_last(family):
 
 
 def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, design_bound,
-                 params, query="all"):
-    """The :class:`~sklearn.utils.Bunch` returned by :func:`make_witness_suite`."""
+                 params, query="all", X=None):
+    """The :class:`~sklearn.utils.Bunch` returned by :func:`make_witness_suite`
+    (``X``: the sequences when they are not ``family.to_sequences()``)."""
     tokens = family.tokens   # the distinct tokens, np.unique order
     n = len(words)
-    X = family.to_sequences() if family.materialized_nbytes <= MATERIALIZE_MAX_BYTES else None
+    orders = params.get("orders", "fixed")
+    if X is None and family.materialized_nbytes <= MATERIALIZE_MAX_BYTES:
+        X = family.to_sequences()
     slot_targets = family.targets()
     if query == "last":
         y = slot_targets[np.arange(len(family)), last_slots(family.token_ids)]
@@ -443,6 +550,7 @@ def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, desig
         certificate=cert,
         construction=name,
         query=query,
+        orders=orders,
         params=params,
         DESCR=_DESCR.format(
             construction=name, n_sequences=len(family), seq_len=params["seq_len"],
@@ -451,12 +559,14 @@ def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, desig
             ladder_gap=params["ladder_gap"], ladder_steps=params["ladder_steps"],
             certified_min_rank=int(rank), design_bound=int(design_bound),
             constructive_rank=len(tokens),
-            query_text=_FINAL_QUERY_TEXT if query == "last" else "",
+            query_text=(_FINAL_QUERY_TEXT if query == "last" else "")
+            + (_EVERY_ORDER_TEXT if orders == "all" else ""),
         ),
     )
 
 
-def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, query="all"):
+def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, query="all",
+                 orders="fixed"):
     """The witness suite of ``construction="exact"`` (:ref:`theory-r9`); with
     ``query="last"`` every query's R4 sequences are listed (``unique=False``), each
     with its query last."""
@@ -491,11 +601,10 @@ def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, q
     ids, counts = exact_family(words, N, unique=unique)
     ids = np.where(ids >= 0, inv.astype(ids.dtype)[np.maximum(ids, 0)], -1).astype(ids.dtype)
     family = CompactFamily(tokens, ids, counts)
-    if rng is not None:
-        family = family[rng.permutation(len(family))]
-    if query == "last":
-        family = _query_last(family)
-    rank, cert = certify(family, query=query, return_certificate=True)
+    family = _query_last(family) if query == "last" else family
+    family, X = _ordered(family, orders, rng)
+    rank, cert = certify(family if X is None else X, query=query,
+                         positional=orders == "all", return_certificate=True)
     # the design: strictly diagonally dominant from exact_seq_len on, else R5 on the
     # single-step denominators (N-2)(D-1)
     design_bound = n if N >= exact_len else design_rank(witness_denominators(words, N)[0])
@@ -505,7 +614,6 @@ def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, q
         n_queries=int(n), ladder_gap=None, ladder_steps=0, max_sequences=max_sequences,
         random_state=seed_param(random_state),
     )
-    if query == "last":
-        params["query"] = query
+    _mode_params(params, query, orders)
     return _suite_bunch(family, "exact", params["code"], 2, words, rank, cert, design_bound,
-                        params, query)
+                        params, query, X)

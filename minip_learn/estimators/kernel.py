@@ -250,14 +250,14 @@ class KernelAttentionBase(AttentionEstimator):
     @property
     def theorem_(self):
         """Which statement covers the fitted model: ``"yes"`` (``theorem_applies_``),
-        ``"paper's claim"`` (a single head with a nonnegative kernel of positional
+        ``"positional"`` (a single head with a nonnegative kernel of positional
         maps) or ``"no"``."""
         if self.theorem_applies_:
             return "yes"
         head = getattr(self.net_.module_, "single_head", None)
         if head is not None and head.positional is not None and (
                 head.nonnegative or getattr(self, "kernel_min_", float("nan")) >= 0):
-            return "paper's claim"
+            return "positional"
         return "no"
 
     def _predict_bytes_per_sequence(self, seq_len, itemsize):
@@ -343,9 +343,10 @@ class KernelAttentionRegressor(AttentionRegressorMixin, KernelAttentionBase):
         attention ``alpha_ij = g^(i-j) <phi_Q(x_i), phi_K(x_j)>`` with ``g = decay``
         (needs ``causal=True``). ``"learned"``: learned per-position log-weights of the
         query and key features, for positions up to the training sequences' length
-        (longer sequences are a ValueError at predict). Positional maps are covered by
-        the paper's statement, not by this library's proof: ``theorem_applies_`` is
-        False and ``theorem_`` is ``"paper's claim"`` for a nonnegative kernel.
+        (longer sequences are a ValueError at predict). Positional maps are covered on
+        final-query families that hold every order of their keys only:
+        ``theorem_applies_`` is False and ``theorem_`` is ``"positional"`` for a
+        nonnegative kernel (:ref:`theory-positional`).
         Causal and positional estimators refuse a
         :class:`~minip_learn.compact.CompactFamily` ``X`` (a multiset has no order).
     decay : float in (0, 1], default=None
@@ -433,13 +434,14 @@ class KernelAttentionRegressor(AttentionRegressorMixin, KernelAttentionBase):
         training tokens (``kernel_min_ >= 0``). Signed maps (``identity``, ``rff``, a
         user's map) are flagged from what they compute. ``n_heads > 1``,
         ``n_layers > 1`` and ``readout="mlp"`` are variants outside the theorem (see
-        :ref:`theory-r7`). Positional maps (``positional``) are covered by the
-        paper's statement only: False. With the defaults the module is a
+        :ref:`theory-r7`). Positional maps (``positional``): False (their bound needs
+        a family in every order of its keys, ``theorem_`` ``"positional"``). With the defaults the module is a
         :class:`~minip_learn.nn.KernelAttentionHead`; otherwise a
         :class:`~minip_learn.nn.KernelAttentionModel`.
-    theorem_ : {"yes", "paper's claim", "no"}
-        ``"yes"`` when ``theorem_applies_``; ``"paper's claim"`` for a single head
-        with positional maps and a nonnegative kernel; ``"no"`` otherwise.
+    theorem_ : {"yes", "positional", "no"}
+        ``"yes"`` when ``theorem_applies_``; ``"positional"`` for a single head
+        with positional maps and a nonnegative kernel (covered on final-query
+        families in every order of their keys); ``"no"`` otherwise.
 
     Examples
     --------
@@ -452,5 +454,5 @@ class KernelAttentionRegressor(AttentionRegressorMixin, KernelAttentionBase):
     >>> causal = KernelAttentionRegressor(rank=2, causal=True, positional="decay", decay=0.9,
     ...                                   max_epochs=5, random_state=0).fit(X, y)
     >>> causal.predict(X).shape, causal.theorem_
-    ((64, 2), "paper's claim")
+    ((64, 2), 'positional')
     """

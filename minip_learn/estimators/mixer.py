@@ -95,7 +95,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         Floats the mixer carries from one token to the next at the training
         ``seq_len`` (its ``state_floats(seq_len)`` declaration); None for a user's
         module, which declares nothing.
-    theorem_ : {"yes", "paper's claim", "no"} or None
+    theorem_ : {"yes", "positional", "no"} or None
         Whether the certified lower bound covers the mixer (its declaration; see
         :func:`~minip_learn.nn.mixer_table`); None for a user's module.
     theorem_applies_ : bool
@@ -104,7 +104,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         :func:`~minip_learn.model_selection.rank_sweep`).
     rank_ : int or None
         The kernel rank of a mixer that is a normalised kernel-attention head (its
-        ``state_size``, for ``theorem_`` "yes" or "paper's claim"); None otherwise.
+        ``state_size``, for ``theorem_`` "yes" or "positional"); None otherwise.
 
     Examples
     --------
@@ -246,7 +246,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         self.theorem_ = getattr(module, "theorem", None)
         # a causal mixer's bound is that of its final position (final-query targets)
         self.theorem_applies_ = self.theorem_ == "yes" and getattr(self, "query_", None) == "last"
-        covered = self.theorem_ in ("yes", "paper's claim")
+        covered = self.theorem_ in ("yes", "positional")
         self.rank_ = int(module.state_size) if covered else None
         self.state_floats_ = None if seq_len is None else _declared_state(module, seq_len)
 

@@ -30,6 +30,8 @@ _TABLE = {name: {"feature_map": "table"} for name in ("kernel", "retnet", "posit
 #: means every registered mixer; ``state_sizes=None`` the grid :func:`state_grid`
 #: around each family's certified rank (``state_factors`` times it, and one below it
 #: when ``below_bound``). ``mixer_kwargs``: extra keyword arguments of a mixer, by name.
+#: A family's dict holds :func:`~minip_learn.datasets.make_witness_suite` arguments and
+#: may override :data:`FAMILY_OPTIONS` for that family.
 SETTINGS = {
     # quick: the exact m = 8 family in final-query form (14 words, N = 15, 378
     # sequences, exact rank 14)
@@ -43,15 +45,22 @@ SETTINGS = {
         mixer=dict(max_epochs=300, stop_tolerance=0.5, lr=0.03),
         mixer_kwargs=_TABLE,
     ),
-    # full: the exact m = 8 family (exact rank 14), five state sizes, three seeds. The
-    # Hadamard family R6 at m = 24 (4,186 sequences of length 3, certified rank 17) is
-    # ``families=[dict(n_bits=24, seq_len=3, construction="auto")]`` (about 40 s a fit
-    # on 2 cores, 2 minutes for mamba); the exact m = 12 family in final-query form
-    # (12,720 sequences of length 53, exact rank 80) is
-    # ``families=[dict(n_bits=12, construction="exact", max_sequences=None)]``, about
-    # 120 times the positions of m = 8 per epoch.
+    # full: the exact m = 8 family (exact rank 14); the paper's witness bound at m = 24
+    # (``construction="small"``, certified rank 8) in its fixed order and in every order
+    # of its keys, where the bound also covers position-dependent maps; the Hadamard
+    # family R6 at m = 24 (4,186 sequences of length 3, certified rank 17; one seed,
+    # about 40 s a fit, 2 minutes for mamba). The exact m = 12 family in final-query
+    # form (12,720 sequences of length 53, exact rank 80) is
+    # ``dict(n_bits=12, construction="exact", max_sequences=None)``, about 120 times the
+    # positions of m = 8 per epoch.
     "full": dict(
-        families=(dict(n_bits=8, construction="exact"),),
+        families=(
+            dict(n_bits=8, construction="exact"),
+            dict(n_bits=24, seq_len=3, construction="small"),
+            dict(n_bits=24, seq_len=3, construction="small", orders="all"),
+            dict(n_bits=24, seq_len=3, construction="auto", seeds=(0,),
+                 state_factors=(0.5, 1, 2, 4), below_bound=False),
+        ),
         mixers=None,
         state_sizes=None,
         state_factors=(0.5, 1, 2, 4),
@@ -62,9 +71,12 @@ SETTINGS = {
     ),
 }
 
-#: the kernel-attention mixers, whose state size is a rank: proven (``"yes"``) or
-#: stated by the paper (``"paper's claim"``, position-dependent maps)
-KERNEL_THEOREMS = ("yes", "paper's claim")
+#: the settings a family's dict may override for that family
+FAMILY_OPTIONS = ("mixers", "state_sizes", "state_factors", "below_bound", "seeds")
+
+#: the kernel-attention mixers, whose state size is a rank: covered on every family
+#: (``"yes"``) or on families in every order of their keys (``"positional"``)
+KERNEL_THEOREMS = ("yes", "positional")
 
 
 def state_grid(certified_min_rank, factors=(0.5, 1, 2, 4), *, below_bound=True):
@@ -85,7 +97,13 @@ def state_grid(certified_min_rank, factors=(0.5, 1, 2, 4), *, below_bound=True):
 
 
 def _family_name(params):
-    return f"{params.get('construction', 'auto')}-m{params['n_bits']}"
+    name = f"{params.get('construction', 'auto')}-m{params['n_bits']}"
+    return name + ("-every-order" if params.get("orders", "fixed") == "all" else "")
+
+
+def _proven(theorem, positional):
+    """Whether the family's certificate binds a mixer declaring ``theorem``."""
+    return theorem == "yes" or (theorem == "positional" and bool(positional))
 
 
 def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
@@ -96,18 +114,19 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     arguments, built with ``query="last"``) and every mixer of ``mixers``, a
     :class:`~minip_learn.SequenceMixerRegressor` is fitted at every state size and
     seed. Per family and mixer: the theorem's coverage (``"yes"``: proven on the
-    theory page; ``"paper's claim"``: stated by the paper, not proven here; ``"no"``),
+    theory page for every family; ``"positional"``: proven for families in every order
+    of their keys, ``orders="all"``; ``"no"``),
     the certified minimum rank, the smallest state size at which some seed solves
     every sequence (``smallest_solving_state``; for the kernel-attention mixers it is
     their rank, ``smallest_solving_rank``), the floats that state carries from one
     token to the next, the solved fraction over seeds there, and the mean fit time.
-    A mixer the proof covers (``"yes"``) that solves below the certified rank is a bug:
-    the sweep raises, the check ``no_proven_mixer_solved_below_bound`` fails and
-    ``minip-learn reproduce mixers`` exits with status 1. Every row says whether some
-    fit solved below the certified rank (``solved_below_bound``): a finding for the
-    others. The certificate is that of positionless maps, so for the position-dependent
-    maps (``"paper's claim"``) such a row is a measurement about the family's fixed
-    order, reported in ``summary.md``, not a failed check. The check
+    A mixer the proof covers on the family (``"yes"``, or ``"positional"`` on a family
+    in every order, whose certificate is positional) that solves below the certified
+    rank is a bug: the sweep raises, the check ``no_proven_mixer_solved_below_bound``
+    fails and ``minip-learn reproduce mixers`` exits with status 1. Every row says
+    whether some fit solved below the certified rank (``solved_below_bound``): a
+    finding for the others; for position-dependent maps on a fixed-order family it is
+    a measurement about that order, reported in ``summary.md``. The check
     ``recurrent_equals_parallel`` runs each mixer's best fit token by token (its
     recurrent form, a fixed-size state) and compares with its parallel form on the
     family.
@@ -120,7 +139,9 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
         As in :func:`~minip_learn.experiments.witness_experiment` (figure:
         ``leaderboard.png``; ``ensemble`` does not apply to mixers).
     **settings
-        Overrides: ``families``, ``mixers`` (list of registered names or mixer
+        Overrides: ``families`` (dicts of
+        :func:`~minip_learn.datasets.make_witness_suite` arguments, each of which may
+        also set :data:`FAMILY_OPTIONS` for its family), ``mixers`` (list of registered names or mixer
         classes, see :class:`~minip_learn.SequenceMixerRegressor`), ``state_sizes`` (list of
         ints, or None for :func:`state_grid` per family), ``state_factors``,
         ``below_bound``, ``seeds``, ``mixer``
@@ -132,10 +153,12 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     result : :class:`~sklearn.utils.Bunch`
         ``results`` (one row per fit), ``summary`` (one row per family and mixer:
         ``family``, ``n_bits``, ``seq_len``, ``n_sequences``, ``mixer``, ``theorem``,
+        ``proven`` (whether the family's certificate binds the mixer),
         ``certified_min_rank``, ``smallest_solving_state``,
         ``smallest_solving_state_floats``, ``smallest_solving_rank``,
-        ``solved_fraction``, ``solved_below_bound``, ``solved_by_state``, ``fit_time``), ``markdown``,
-        ``checks``, ``figures``, ``files``, ``settings``, ``elapsed``.
+        ``solved_fraction``, ``solved_below_bound``, ``solved_by_state``,
+        ``fit_time``), ``markdown``, ``checks``, ``figures``, ``files``, ``settings``,
+        ``elapsed``.
 
     Examples
     --------
@@ -149,26 +172,30 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
                     devices=devices, progress=progress, figures=figures, ensemble=False,
                     overrides=settings)
     cfg = recipe.cfg
-    mixers = list(cfg["mixers"] or available_mixers())
-    names = [_label(m) for m in mixers]  # an unknown name fails before any fit
+    families = [_family_settings(cfg, f) for f in cfg["families"]]
+    for _, fcfg in families:        # an unknown mixer name fails before any fit
+        for mixer in fcfg["mixers"] or available_mixers():
+            _label(mixer)
     parts, rows, agree = [], [], {}
-    for params in cfg["families"]:
+    for params, fcfg in families:
         suite = make_witness_suite(**params, query="last")
         fam = _family_name(params)
         bound = int(suite.certified_min_rank)
-        sizes = sorted(int(s) for s in (cfg["state_sizes"] or state_grid(
-            bound, cfg["state_factors"], below_bound=cfg["below_bound"])))
-        for mixer, name in zip(mixers, names):
+        sizes = sorted(int(s) for s in (fcfg["state_sizes"] or state_grid(
+            bound, fcfg["state_factors"], below_bound=fcfg["below_bound"])))
+        mixers = list(fcfg["mixers"] or available_mixers())
+        for mixer, name in zip(mixers, [_label(m) for m in mixers]):
             est = SequenceMixerRegressor(mixer=mixer,
                                          mixer_kwargs=cfg["mixer_kwargs"].get(name),
                                          **cfg["mixer"])
             res = recipe.sweep(est, suite.X, suite.y, name=f"mixers-{fam}-{name}",
-                               param_grid={"state_size": sizes}, seeds=list(cfg["seeds"]),
-                               certified_min_rank=bound, tags={"mixer": name, "family": fam},
-                               estimators=True)
+                               param_grid={"state_size": sizes}, seeds=list(fcfg["seeds"]),
+                               certified_min_rank=suite.certificate,
+                               tags={"mixer": name, "family": fam}, estimators=True)
             fits = res.results.reset_index(drop=True)
             ests = [res.estimators[f] for f in fits["fit_id"]]
             fits["theorem"] = [e.theorem_ for e in ests]
+            fits["positional_certificate"] = bool(suite.certificate.positional)
             fits["state_floats"] = [e.state_floats_ for e in ests]
             parts.append(fits)
             rows.append(_summary_row(suite, fam, name, bound, fits))
@@ -177,9 +204,10 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     summary = pd.DataFrame(rows)
     below = (results["state_size"] < results["certified_min_rank"]) & results[
         "solved"].astype(bool)
+    proven = [_proven(t, p) for t, p in zip(results["theorem"],
+                                            results["positional_certificate"])]
     checks = {
-        "no_proven_mixer_solved_below_bound": bool(
-            not below[results["theorem"] == "yes"].any()),
+        "no_proven_mixer_solved_below_bound": bool(not below[proven].any()),
         "recurrent_equals_parallel": bool(max(agree.values()) < 1e-6),
     }
     markdown = _markdown(cfg, summary, checks, agree)
@@ -187,6 +215,16 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     return recipe.finish(Bunch(results=results, summary=summary, markdown=markdown,
                                checks=checks, recurrent_gap=agree, figures=figs),
                          table=display(summary, _display_row))
+
+
+def _family_settings(cfg, family):
+    """``(make_witness_suite arguments, settings)`` of one entry of ``families``: the
+    recipe's settings with the entry's :data:`FAMILY_OPTIONS` in place."""
+    if not isinstance(family, dict):
+        raise ValueError(f"every entry of families must be a dict of make_witness_suite "
+                         f"arguments; got {family!r}.")
+    params = {k: v for k, v in family.items() if k not in FAMILY_OPTIONS}
+    return params, {**cfg, **{k: v for k, v in family.items() if k in FAMILY_OPTIONS}}
 
 
 def _label(mixer):
@@ -212,6 +250,7 @@ def _summary_row(suite, fam, name, bound, fits):
         n_sequences=int(suite.X.shape[0]),
         mixer=name,
         theorem=theorem,
+        proven=_proven(theorem, fits["positional_certificate"].iloc[0]),
         certified_min_rank=bound,
         smallest_solving_state=smallest,
         smallest_solving_state_floats=(int(at["state_floats"].iloc[0])
@@ -243,6 +282,7 @@ def _display_row(r):
         "family": r["family"],
         "mixer": r["mixer"],
         "theorem": r["theorem"],
+        "bound proven here": "yes" if r["proven"] else "no",
         "certified rank": fmt(r["certified_min_rank"]),
         "smallest solving state": fmt(r["smallest_solving_state"]),
         "state floats there": fmt(r["smallest_solving_state_floats"]),
@@ -261,10 +301,12 @@ def _markdown(cfg, summary, checks, agree):
     return report(
         "Sequence mixers on final-query Min-IP: state needed against the certified rank",
         f"Families in final-query form (the query token last): {fams}. Fits: "
-        + settings_text(cfg["mixer"]) + f"; seeds {list(cfg['seeds'])}. *Theorem*: "
+        + settings_text(cfg["mixer"]) + f"; seeds {list(cfg['seeds'])} (unless a family "
+        "sets its own: the column *solved per state* counts them). *Theorem*: "
         "'yes' when the lower bound is proven for the mixer (a normalised nonnegative "
-        "kernel head; its state size is its rank), 'paper's claim' when the paper states "
-        "it (position-dependent maps), 'no' outside it. *Smallest solving state*: the "
+        "kernel head; its state size is its rank), 'positional' when it is proven for "
+        "families that hold every order of their keys (`-every-order`: position-"
+        "dependent maps), 'no' outside it. *Smallest solving state*: the "
         "smallest state size of the grid at which some seed solves every sequence "
         "('-': none); *state floats*: what that state carries from one token to the "
         "next. Largest |parallel - recurrent| output over the fits checked: "
@@ -285,11 +327,12 @@ def _below_note(summary):
                       f"(certified rank {r.certified_min_rank}, theorem: {r.theorem})"
                       for r in rows.itertuples())
     note = f"Solved below the certified rank: {found}."
-    if (rows["theorem"] == "paper's claim").any():
-        note += (" The certificate bounds positionless maps; a position-dependent map "
-                 "that solves below it shows that the family, in its fixed order, is no "
-                 "witness for such maps (e.g. the smaller key of every three-distinct-"
-                 "token sequence at one fixed position), not that a proven bound failed.")
+    if (rows["theorem"] == "positional").any():
+        note += (" A fixed-order family's certificate bounds positionless maps; a "
+                 "position-dependent map that solves below it uses the order (the "
+                 "smaller key of every three-distinct-token sequence at one fixed "
+                 "position), which the same family in every order of its keys "
+                 "(`-every-order`, a positional certificate) takes away.")
     return note
 
 
@@ -320,5 +363,6 @@ def _figure(results, summary):
         ax.set_title(fam)
     axes[0][-1].legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.suptitle("Final-query Min-IP: solved fraction against state size\n"
-                 "(solid: kernel attention, proven or the paper's claim; dashed: others)")
+                 "(solid: kernel attention, covered on every family or in every order; "
+                 "dashed: others)")
     return fig

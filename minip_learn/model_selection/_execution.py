@@ -129,6 +129,20 @@ class _torch_threads:
 
 
 # -- one fit --------------------------------------------------------------------------
+class CertifiedRank(int):
+    """A certified minimum rank that says what it bounds: ``positional`` when the
+    certificate also covers position-dependent maps (``certify(..., positional=True)``),
+    so fits whose ``theorem_`` is ``"positional"`` are held to it too."""
+
+    def __new__(cls, value, positional=False):
+        self = super().__new__(cls, value)
+        self.positional = bool(positional)
+        return self
+
+    def __reduce__(self):
+        return (CertifiedRank, (int(self), self.positional))
+
+
 def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
                    certified_min_rank, key, return_estimator, fitted=None):
     """Fit one clone on the full set and score it there; returns ``(row, estimator)``.
@@ -174,6 +188,10 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
     # one, else the module's declaration
     theorem_applies = getattr(est, "theorem_applies_", getattr(module, "theorem_applies", None))
     covered = nonnegative is not False if theorem_applies is None else bool(theorem_applies)
+    if not covered and getattr(certified_min_rank, "positional", False):
+        # a certificate for position-dependent maps covers the heads declared so
+        theorem = getattr(est, "theorem_", getattr(module, "theorem", None))
+        covered = theorem == "positional" and getattr(est, "query_", "last") == "last"
     below = None
     if certified_min_rank is not None and rank is not None:
         below = bool(rank < certified_min_rank)
@@ -208,7 +226,7 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
         ensemble=fitted is not None,
         nonnegative=nonnegative,
         theorem_applies=theorem_applies,
-        certified_min_rank=certified_min_rank,
+        certified_min_rank=None if certified_min_rank is None else int(certified_min_rank),
         below_certified_bound=below,
         host=socket.gethostname(),
         pid=os.getpid(),

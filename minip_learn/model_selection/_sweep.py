@@ -33,7 +33,7 @@ from sklearn.utils import Bunch
 from .._validation import check_int, check_seeds
 from ..compact import is_compact
 from ..metrics import get_scorers
-from ._execution import resolve_devices, resolve_threads_per_fit, run_fits
+from ._execution import CertifiedRank, resolve_devices, resolve_threads_per_fit, run_fits
 from ._store import RunFolder, fit_key, jsonable, to_frame
 from ._summary import summarize_sweep
 
@@ -143,8 +143,13 @@ class _SweepConfig:
         if "random_state" not in own:
             raise ValueError(f"{type(estimator).__name__} has no random_state parameter to seed.")
         seeds = check_seeds(seeds)
+        positional = bool(getattr(certified_min_rank, "positional", False))
+        certified_min_rank = getattr(certified_min_rank, "certified_min_rank",
+                                     certified_min_rank)
         certified_min_rank = check_int(certified_min_rank, "certified_min_rank", min_value=0,
                                        allow_none=True)
+        if certified_min_rank is not None:
+            certified_min_rank = CertifiedRank(certified_min_rank, positional)
         combos = _build_grid(estimator, ranks, param_grid)
         devices = resolve_devices(devices)
         if devices is not None and "device" not in own:
@@ -386,14 +391,16 @@ def rank_sweep(
     scoring : dict of scorers, default=None
         Multi-metric scoring; None uses :func:`~minip_learn.metrics.get_scorers`. Error
         scorers (negated by scikit-learn) are stored as positive errors.
-    certified_min_rank : int, default=None
+    certified_min_rank : int or Certificate, default=None
         The family's certified minimum rank (see :ref:`theory-r5`). A fit of a nonnegative kernel
         head with ``rank`` below it that reports *solved* raises :class:`RuntimeError`
         and is not recorded. Only models the theorem covers are checked (the module's
         ``theorem_applies``: one head, one layer, affine readout, nonnegative kernel);
         signed kernels, several heads or layers, MLP readouts and classifiers are
         variants outside it (see :ref:`theory-r7`) and are recorded, with ``theorem_applies``
-        False in their row.
+        False in their row. A :class:`~minip_learn.theory.Certificate` gives its rank;
+        a positional one (``certify(..., positional=True)``) also holds the fits whose
+        ``theorem_`` is ``"positional"`` (position-dependent maps) to it.
     n_jobs : int, default=None
         Number of parallel fits (:class:`joblib.Parallel`; ``-1``: all cores). The
         backend is joblib's default (loky processes) unless one is configured with

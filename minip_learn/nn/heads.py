@@ -285,8 +285,9 @@ class KernelAttentionHead(_Head):
     (:ref:`theory-r4`, :ref:`theory-r5`) is for positionless maps. A causal head is
     covered on final-query sequences: its output at the last position sees every
     token and equals the non-causal head's output there. Positional maps are covered
-    by the paper's statement only (``theorem = "paper's claim"``); signed kernels by
-    neither (``"no"``, :ref:`theory-r7`).
+    on final-query families that hold every order of their keys (``theorem =
+    "positional"``, :ref:`theory-positional`); signed kernels are not (``"no"``,
+    :ref:`theory-r7`).
 
     Examples
     --------
@@ -298,7 +299,7 @@ class KernelAttentionHead(_Head):
     >>> causal = KernelAttentionHead(6, 4, causal=True, positional="decay", decay=0.9)
     >>> x = torch.rand(2, 5, 6)
     >>> torch.allclose(causal(x), causal.recurrent(x)), causal.theorem
-    (True, "paper's claim")
+    (True, 'positional')
     """
 
     #: batched form (read by :class:`~minip_learn.nn.HeadEnsemble`): the fused
@@ -378,12 +379,13 @@ class KernelAttentionHead(_Head):
         """Which statement covers this head: ``"yes"`` (the library's proof,
         :ref:`theory-r4` and :ref:`theory-r5`: a nonnegative kernel of positionless
         maps, causal or not -- a causal head's last output sees every token),
-        ``"paper's claim"`` (a nonnegative kernel of position-dependent maps, covered
-        by the paper's statement only) or ``"no"`` (a signed kernel,
+        ``"positional"`` (a nonnegative kernel of position-dependent maps, covered on
+        final-query families that hold every order of their keys,
+        :ref:`theory-positional`) or ``"no"`` (a signed kernel,
         :ref:`theory-r7`)."""
         if not self.nonnegative:
             return "no"
-        return "yes" if self.positional is None else "paper's claim"
+        return "yes" if self.positional is None else "positional"
 
     @property
     def theorem_applies(self):
@@ -393,7 +395,8 @@ class KernelAttentionHead(_Head):
         A single head with an affine readout: the bound applies exactly when the
         kernel is nonnegative (``nonnegative``) and the maps are positionless (causal
         or not). Signed kernels are outside it (:ref:`theory-r7`); positional maps are
-        covered by the paper's statement only.
+        covered on order-complete final-query families only (:attr:`theorem`
+        ``"positional"``).
         """
         return self.theorem == "yes"
 

@@ -27,13 +27,13 @@ the token ``x_t`` (``S_0 = 0``):
 ``"retnet"`` -- normalised decayed attention, RetNet-style (:class:`RetNetMixer`)
     ``S_t = g S_{t-1} + phi_K(x_t) v_t^T``, ``s_t = g s_{t-1} + phi_K(x_t)``, ``u_t`` as
     for ``"kernel"``: the positional map ``phi_Q(x, i) = g^i phi(x)``,
-    ``phi_K(x, j) = g^{-j} phi(x)``. State ``r (d + 1)``. The bound for
-    position-dependent maps is the paper's claim.
+    ``phi_K(x, j) = g^{-j} phi(x)``. State ``r (d + 1)``. Covered on final-query
+    families that hold every order of their keys (``theorem = "positional"``).
 ``"positional"`` -- normalised kernel attention with learned positional weights
 (:class:`PositionalKernelMixer`)
     as ``"kernel"`` with ``phi_Q(x, i) = exp(a_i) * phi(x)``, ``phi_K(x, j) = exp(b_j) *
     phi(x)`` (learned ``a_i``, ``b_j`` in ``R^r`` per position). State ``r (d + 1)``.
-    The paper's claim, as for ``"retnet"``.
+    Covered as ``"retnet"`` is.
 ``"linear"`` -- unnormalised linear attention (:class:`LinearAttentionMixer`)
     ``S_t = S_{t-1} + phi(k_t) v_t^T``, ``u_t = S_t^T phi(q_t)``. State ``r d``. Outside
     the theorem: its normaliser is part of the theorem's hypothesis.
@@ -98,9 +98,10 @@ __all__ = [
 
 _REGISTRY = {}
 
-#: The values of a mixer's ``theorem`` declaration: the lower bound is proved for it,
-#: the paper claims it, or it is outside the bound.
-THEOREM_VALUES = ("yes", "paper's claim", "no")
+#: The values of a mixer's ``theorem`` declaration: the lower bound is proved for it on
+#: every family, on final-query families that hold every order of their keys
+#: (position-dependent maps), or it is outside the bound.
+THEOREM_VALUES = ("yes", "positional", "no")
 
 
 def register_mixer(name):
@@ -110,7 +111,7 @@ def register_mixer(name):
     ----------
     name : str
         Registry name (must be new); the class gets it as ``name``. The class must
-        declare ``theorem`` as one of ``"yes"``, ``"paper's claim"``, ``"no"``.
+        declare ``theorem`` as one of ``"yes"``, ``"positional"``, ``"no"``.
 
     Returns
     -------
@@ -166,7 +167,7 @@ def available_mixers(*, theorem=None):
 
     Parameters
     ----------
-    theorem : {"yes", "paper's claim", "no"} or None, default=None
+    theorem : {"yes", "positional", "no"} or None, default=None
         If given, only mixers whose ``theorem`` declaration equals it.
 
     Returns
@@ -195,7 +196,8 @@ def mixer_table():
     rows : list of dict
         In the order of :func:`available_mixers`, one dict per mixer with keys
         ``"name"``, ``"theorem"`` (``"yes"``: the lower bound covers it;
-        ``"paper's claim"``: the paper claims it; ``"no"``: outside the bound),
+        ``"positional"``: it covers it on final-query families in every order of their
+        keys; ``"no"``: outside the bound),
         ``"paper"`` (the source the mixer follows), ``"state"`` (the formula of the
         floats its recurrent form carries between tokens, in ``r = state_size``,
         ``d = value_dim`` and ``N`` the tokens seen) and ``"class"`` (the qualified name
@@ -416,7 +418,8 @@ class Mixer(nn.Module):
     """
 
     name = None
-    #: whether the lower bound covers the mixer: "yes", "paper's claim" or "no"
+    #: whether the lower bound covers the mixer: "yes", "positional" (on final-query
+    #: families that hold every order of their keys) or "no"
     theorem = None
     #: the paper (or source) the mixer follows
     paper = None
@@ -1088,8 +1091,9 @@ class RetNetMixer(_KernelHeadMixer):
     :class:`~minip_learn.nn.KernelAttentionHead` with ``causal=True`` and
     ``positional="decay"``. RetNet's retention (Sun et al. 2023) with its normalisation
     by the decayed kernel's row sums and nonnegative feature maps. State ``r (d + 1)``
-    floats (log-domain maps: ``r (d + 2)``). The lower bound for position-dependent
-    maps is the paper's claim.
+    floats (log-domain maps: ``r (d + 2)``). The lower bound covers these
+    position-dependent maps on final-query families that hold every order of their
+    keys (``theorem = "positional"``, :ref:`theory-positional`).
 
     Parameters
     ----------
@@ -1114,10 +1118,10 @@ class RetNetMixer(_KernelHeadMixer):
     >>> mixer = make_mixer("retnet", 4, 3, decay=0.9).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
     >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.state_floats(), mixer.theorem
-    (True, 15, "paper's claim")
+    (True, 15, 'positional')
     """
 
-    theorem = "paper's claim"
+    theorem = "positional"
     paper = ("Sun et al. 2023, Retentive Network: A Successor to Transformer for Large "
              "Language Models (normalised, nonnegative features)")
     state_formula = "r (d + 1)"
@@ -1140,8 +1144,8 @@ class PositionalKernelMixer(_KernelHeadMixer):
     ``positional="learned"`` (a learned log-weight per position and feature on each
     side, so the kernel stays nonnegative). Its recurrence is that of ``kernel`` with
     the position's weights applied to the token's features; state ``r (d + 1)`` floats
-    (log-domain maps: ``r (d + 2)``). The lower bound for position-dependent maps is the
-    paper's claim. ``max_len``, the longest sequence, comes from the training data
+    (log-domain maps: ``r (d + 2)``). Covered as ``"retnet"`` is (``theorem =
+    "positional"``). ``max_len``, the longest sequence, comes from the training data
     (:meth:`data_kwargs`) when the estimator builds it.
 
     Parameters
@@ -1161,10 +1165,10 @@ feature_kwargs, denominator_eps
     >>> mixer = make_mixer("positional", 4, 3, max_len=6).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
     >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.state_floats(), mixer.theorem
-    (True, 15, "paper's claim")
+    (True, 15, 'positional')
     """
 
-    theorem = "paper's claim"
+    theorem = "positional"
     paper = ("Opazo 2026 (the statement for position-dependent maps); learned positional "
              "weights of this library")
     state_formula = "r (d + 1)"

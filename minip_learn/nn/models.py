@@ -238,7 +238,7 @@ class KernelAttentionModel(nn.Module):
 
     @property
     def theorem(self):
-        """``"yes"``, ``"paper's claim"`` or ``"no"``: that of the single head
+        """``"yes"``, ``"positional"`` or ``"no"``: that of the single head
         (:attr:`KernelAttentionHead.theorem
         <minip_learn.nn.KernelAttentionHead.theorem>`), ``"no"`` for every other
         configuration."""

@@ -22,8 +22,8 @@ import numpy as np
 
 from ..compact import is_compact, overlap_words, pack_tokens, smallest_int_dtype, token_ids
 
-__all__ = ["Constraints", "Reach", "constraints", "constraints_reference", "isin", "reach",
-           "reach_reference"]
+__all__ = ["Constraints", "Reach", "constraints", "constraints_reference", "every_order_triples",
+           "isin", "reach", "reach_reference"]
 
 
 class Constraints:
@@ -227,7 +227,7 @@ def isin(values, sorted_unique):
     return sorted_unique[pos] == values
 
 
-def constraints(X, query="all"):
+def constraints(X, query="all", positional=False):
     """R4 triples of a validated binary family (vectorised).
 
     Parameters
@@ -236,11 +236,17 @@ def constraints(X, query="all"):
     query : {"all", "last"}
         ``"last"``: only the triples whose query is the final token of S1, S2 and S3
         (final-query Min-IP; for a CompactFamily the token of the last real slot).
+    positional : bool
+        Only the triples whose S3 occurs in every order of its keys (``query="last"``,
+        ``X`` an array): the constraints that hold for position-dependent maps
+        (:func:`every_order_triples`).
 
     Returns
     -------
     Constraints
     """
+    if positional:
+        return _keep_triples(constraints(X, query), every_order_triples(X))
     if is_compact(X):
         def chunks():
             for a in range(0, len(X.token_ids), SLOT_CHUNK):
@@ -271,6 +277,61 @@ def constraints(X, query="all"):
     u[rows, slot] = srt
     np.add.at(c, (rows, slot), 1)
     return _slot_constraints(tokens, N, lambda: iter([(u, c) if last is None else (u, c, last)]))
+
+
+def every_order_triples(X):
+    """Codes ``(x T + y) T + z`` (sorted) of the final-query S3 triples whose keys occur
+    in every order: for each arrangement of ``{y, z^(N-2)}`` over the first ``N - 1``
+    positions (``y`` at any of them) ``X`` holds that sequence with ``x`` last.
+
+    Rows whose first ``N - 1`` tokens hold exactly two distinct tokens, one of them
+    once, record ``(x, y, z, position of y)`` (at ``N = 3`` both tokens are once: both
+    readings); a triple is complete when all ``N - 1`` positions are recorded.
+    ``T`` is the number of distinct tokens (``np.unique`` order, as :func:`constraints`).
+    """
+    n, N, m = X.shape
+    tokens, ids = token_ids(X)
+    T = np.int64(len(tokens))
+    if N < 3:
+        return np.zeros(0, dtype=np.int64)
+    x = ids[:, -1].astype(np.int64)
+    keys = ids[:, :-1].astype(np.int64)
+    first = keys[:, 0]
+    other = np.where(keys != first[:, None], keys, -1).max(axis=1)     # -1: one token
+    two = (other >= 0) & ((keys == first[:, None]) | (keys == other[:, None])).all(axis=1)
+    records = []
+    for single, rest in ((first, other), (other, first)):
+        at = keys == single[:, None]
+        once = two & (at.sum(axis=1) == 1)
+        records.append(np.stack([x, single, rest, np.argmax(at, axis=1)], axis=1)[once])
+    records = np.unique(np.concatenate(records), axis=0)       # sorted (x, y, z, position)
+    start = np.ones(len(records), dtype=bool)
+    start[1:] = (records[1:, :3] != records[:-1, :3]).any(axis=1)
+    runs = np.diff(np.append(np.flatnonzero(start), len(records)))
+    return _triple_codes(T, *records[start][runs == N - 1, :3].T)
+
+
+def _triple_codes(T, x, y, z):
+    """``(x T + y) T + z`` as int64, or as Python integers (object) past int64."""
+    x, y, z = (np.asarray(a, dtype=np.int64) for a in (x, y, z))
+    if float(T) ** 3 < 2.0 ** 62:
+        return (x * T + y) * T + z
+    return np.array([(a * int(T) + b) * int(T) + c
+                     for a, b, c in zip(x.tolist(), y.tolist(), z.tolist())], dtype=object)
+
+
+def _keep_triples(cons, codes):
+    """``cons`` restricted to the triples whose code (:func:`_triple_codes`) is in the
+    sorted ``codes``."""
+    code = _triple_codes(len(cons.tokens), cons.x, cons.y, cons.z)
+    if code.dtype != object:
+        keep = isin(code, codes)
+    else:
+        wanted = set(codes.tolist())
+        keep = np.array([c in wanted for c in code.tolist()], dtype=bool)
+    K = None if cons._K is None else cons._K[keep]
+    return Constraints(cons.tokens, cons.seq_len, cons.x[keep], cons.y[keep], cons.z[keep],
+                       K, cons.gap[keep])
 
 
 def _last_of_slots(ids):
@@ -364,11 +425,13 @@ def _slot_constraints(tokens, N, chunks):
     return _finish(tokens, N, np.concatenate(parts) if parts else np.zeros((0, 3), np.int64))
 
 
-def constraints_reference(X, query="all"):
+def constraints_reference(X, query="all", positional=False):
     """R4 triples of a validated binary family (plain Python over multisets).
 
     ``X`` is an array of sequences or a CompactFamily; ``query="last"`` keeps the
-    triples whose query is the final token of its three sequences.
+    triples whose query is the final token of its three sequences; ``positional``
+    (an array ``X``, ``query="last"``) those whose S3 ``(..., y, ..., x)`` is in ``X``
+    with ``y`` at each of the first ``N - 1`` positions and ``z`` at the others.
     """
     # each sequence: (its multiset, its final token or None when any token may query)
     if is_compact(X):
@@ -407,6 +470,11 @@ def constraints_reference(X, query="all"):
                     need[z] += N - 2
                     if need == c:
                         triples.append((x, y, z))
+    if positional:
+        rows = {tuple(row) for row in ids.tolist()}
+        triples = [(x, y, z) for x, y, z in triples
+                   if all(tuple([z] * p + [y] + [z] * (N - 2 - p) + [x]) in rows
+                          for p in range(N - 1))]
     triples = np.array(triples, dtype=np.int64).reshape(-1, 3)
     return _finish(tokens, N, triples, np.array(s1, dtype=np.int64))
 

@@ -12,6 +12,10 @@ lower bound on the rank of every nonnegative kernel head that solves the whole f
    ``S1 = {x, y^(N-1)}``, ``S2 = {x, z^(N-1)}`` and ``S3 = {x, y, z^(N-2)}``.
    Tokens may coincide with ``x`` (``y = x`` or ``z = x``); the derivation does not
    need them distinct. Only exactly these multiplicities are used (conservative).
+   With ``positional=True`` (final-query families held as arrays) a triple counts
+   only when S3 occurs in every order of its keys: the constraint then binds the
+   final query's kernel summed over the key positions, a nonnegative kernel of the
+   same rank, so the certificate covers position-dependent maps too.
 2. **Chains.** For each query the constraints form a DAG (overlap with ``x`` strictly
    increases along an edge); ratio bounds multiply along paths, and the best bound
    from a key to another is the path with the largest product of denominators.
@@ -194,6 +198,11 @@ class Certificate:
         The sequences the bound is about: ``"all"``, heads checked at every position;
         ``"last"``, final-query Min-IP, only at each sequence's final token (every
         sequence a chain step uses has the query last).
+    positional : bool
+        Whether the bound also holds for position-dependent maps (final-query heads
+        whose feature and value maps depend on the token's position): every S3 a chain
+        step uses is in the family in every order of its keys, so the constraints hold
+        for the kernel summed over key positions (see :ref:`theory-positional`).
 
     Examples
     --------
@@ -222,6 +231,7 @@ class Certificate:
     strategy: str = "none"
     exhaustive: bool = False
     query: str = "all"
+    positional: bool = False
 
     def __int__(self):
         return int(self.certified_min_rank)
@@ -231,7 +241,8 @@ class Certificate:
             f"Certificate(certified_min_rank={self.certified_min_rank}, "
             f"n_queries={len(self.queries)}, seq_len={self.seq_len}, "
             f"n_bits={self.n_bits}, n_constraints={self.n_constraints}"
-            + (f", query={self.query!r})" if self.query != "all" else ")")
+            + (f", query={self.query!r}" if self.query != "all" else "")
+            + (", positional=True)" if self.positional else ")")
         )
 
     def chain(self, i, j):
@@ -257,6 +268,9 @@ class Certificate:
         ]
         if self.query == "last":
             lines.append("final-query Min-IP: every sequence used has its query last")
+        if self.positional:
+            lines.append("position-dependent maps covered: every S3 used occurs in every "
+                         "order of its keys")
         if n >= 2:
             off = ~np.eye(n, dtype=bool)
             depth = [self._depths(i) for i in range(n)]
@@ -323,6 +337,7 @@ class Certificate:
             diagonally_dominant=bool(self.diagonally_dominant),
             n_constraints=int(self.n_constraints), reason=self.reason,
             strategy=self.strategy, exhaustive=bool(self.exhaustive), query=self.query,
+            positional=bool(self.positional),
         )
         return _dumps(doc, self, indent)
 
@@ -388,6 +403,7 @@ class Certificate:
                 strategy=str(doc.get("strategy", "none")),
                 exhaustive=bool(doc.get("exhaustive", False)),
                 query=_check_query(doc.get("query", "all")),
+                positional=bool(doc.get("positional", False)),
             )
         except KeyError as exc:
             raise ValueError(f"certificate lacks the field {exc.args[0]!r}.") from None
@@ -543,7 +559,20 @@ def _check_query(query):
     return query
 
 
-def _trivial(tokens, N, reason, n_constraints=0, query="all"):
+def _check_positional(positional, query, X):
+    """The ``ValueError`` of a ``positional`` certificate that cannot be had."""
+    if not isinstance(positional, (bool, np.bool_)):
+        raise ValueError(f"positional must be True or False; got {positional!r}.")
+    if positional and query != "last":
+        raise ValueError('positional=True needs query="last": position-dependent maps are '
+                         "bounded through the final query's kernel summed over key "
+                         f"positions; got query={query!r}.")
+    if positional and is_compact(X):
+        raise ValueError("positional=True needs the sequences' order: pass X as an array "
+                         "(a CompactFamily holds multisets only).")
+
+
+def _trivial(tokens, N, reason, n_constraints=0, query="all", positional=False):
     m = tokens.shape[1]
     empty = np.zeros((0, m), dtype=np.uint8)
     return Certificate(
@@ -554,10 +583,11 @@ def _trivial(tokens, N, reason, n_constraints=0, query="all"):
         overlap_gaps=np.zeros((0, 0), dtype=np.int64), parents=ChainTrees([0], [], []),
         frobenius_value=Fraction(1), diagonally_dominant=True,
         n_constraints=n_constraints, reason=reason, exhaustive=True, query=query,
+        positional=positional,
     )
 
 
-def family_constraints(X, *, query="all"):
+def family_constraints(X, *, query="all", positional=False):
     """All gap-domination constraints (see :ref:`theory-r4`) a family contains.
 
     Parameters
@@ -568,6 +598,10 @@ def family_constraints(X, *, query="all"):
         ``"last"``: final-query Min-IP, only the constraints whose query token is the
         final token of each of S1, S2 and S3 (the only output a final-query head is
         held to).
+    positional : bool, default=False
+        Only the constraints whose S3 occurs in every order of its keys (with
+        ``query="last"``; ``X`` an array): those that also bind position-dependent
+        maps (:ref:`theory-positional`).
 
     Returns
     -------
@@ -593,7 +627,8 @@ def family_constraints(X, *, query="all"):
     query = _check_query(query)
     if not is_compact(X):
         X, _ = check_sequences(X, binary=True)
-    cons = constraints(X, query)
+    _check_positional(positional, query, X)
+    cons = constraints(X, query, positional)
     edges = {}
     for x, y, z, K in zip(cons.x.tolist(), cons.y.tolist(), cons.z.tolist(), cons.K.tolist()):
         edges.setdefault(x, []).append((y, z, K))
@@ -1097,7 +1132,7 @@ def _search(cons, R, full_reach=None):
 
 
 # --------------------------------------------------------------------------- certify
-def certify(X, *, query="all", return_certificate=False):
+def certify(X, *, query="all", positional=False, return_certificate=False):
     """Certified minimum kernel rank of a family of sequences.
 
     The certificate is recomputed from the sequences themselves; nothing about how the
@@ -1123,6 +1158,14 @@ def certify(X, *, query="all", return_certificate=False):
         the final token of each sequence they use (for a CompactFamily, the token of
         the last real slot, the final position of its materialised sequences); the
         certificate records it.
+    positional : bool, default=False
+        Certify for position-dependent maps too (``query="last"``, ``X`` an array):
+        a triple counts only when its S3 occurs in the family in every order of its
+        keys (``y`` at each of the first ``N - 1`` positions); the bound then holds for
+        nonnegative kernel heads whose feature maps, value map and readout depend on
+        the position (:ref:`theory-positional`). On a family that holds every order,
+        as ``make_witness_suite(..., query="last", orders="all")``, it equals the
+        positionless certificate; on a family in one fixed order it is trivial.
     return_certificate : bool, default=False
         Also return the :class:`Certificate` (queries, keys, eps matrix, chains...),
         which :func:`~minip_learn.theory.verify_certificate` checks independently.
@@ -1157,36 +1200,40 @@ def certify(X, *, query="all", return_certificate=False):
     query = _check_query(query)
     if not is_compact(X):
         X, _ = check_sequences(X, binary=True)
-    cert = _certify(X, query=query)
+    _check_positional(positional, query, X)
+    cert = _certify(X, query=query, positional=bool(positional))
     return (cert.certified_min_rank, cert) if return_certificate else cert.certified_min_rank
 
 
-def _certify(X, *, reference=False, query="all"):
+def _certify(X, *, reference=False, query="all", positional=False):
     """Certificate of a validated binary family (``reference``: plain-Python chains)."""
     if not is_compact(X) and X.dtype != np.uint8:
         X = X.astype(np.uint8)
     N = X.shape[1]
     if reference:
-        cons = constraints_reference(X, query)
+        cons = constraints_reference(X, query, positional)
     else:
-        cons = constraints(X, query)
+        cons = constraints(X, query, positional)
     tokens = cons.tokens
     if N < 3:
         return _trivial(tokens, N, f"seq_len={N} <= 2: gap domination needs three tokens "
-                                   "(R1: rank 1 solves it)", query=query)
+                                   "(R1: rank 1 solves it)", query=query,
+                        positional=positional)
     n_constraints = len(cons)
     if not n_constraints:
         return _trivial(tokens, N, "the family contains no (S1, S2, S3) triple with gap >= 2"
-                        + (" and the query last" if query == "last" else ""), query=query)
+                        + (" and the query last" if query == "last" else "")
+                        + (" in every order of its keys" if positional else ""),
+                        query=query, positional=positional)
     R = reach_reference(cons) if reference else reach(cons, drop_single=True)
     cons.release()                          # the chains hold what the search needs
     trim_heap()
     G, clique, strategy, exhaustive, R = _search(
-        cons, R, lambda: reach(constraints(X, query)))
+        cons, R, lambda: reach(constraints(X, query, positional)))
     n = len(clique)
     if n < 2:
         return _trivial(tokens, N, "no two (query, key) pairs constrain each other",
-                        n_constraints, query=query)
+                        n_constraints, query=query, positional=positional)
     K = G.denominators(clique)
     rank, value, dominant = rank_from_denominators(K)
     c = np.asarray(clique)
@@ -1215,4 +1262,5 @@ def _certify(X, *, reference=False, query="all"):
             + ("(diagonal dominance)" if dominant else f"r > {float(value):.4f}")
         ),
         strategy=strategy, exhaustive=bool(exhaustive), query=query,
+        positional=positional,
     )

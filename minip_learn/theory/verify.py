@@ -18,6 +18,9 @@ pairs, the chain trees, the claimed ratio bounds and the claimed rank, and check
 
 With ``query="last"`` (final-query Min-IP, the certificate's own mode by default) the
 three multisets of every step must each occur as a sequence whose final token is ``x``.
+A ``positional`` certificate (position-dependent maps) also needs S3 in every order of
+its keys: ``(b, ..., b, a, b, ..., b, x)`` with ``a`` at each of the first ``N - 1``
+positions, each read as an exact sequence of ``X`` (an array).
 
 Only the steps on the chains between designated keys are checked (the rest of a tree
 bears on no bound), and the family is read once, in slices, against the multisets those
@@ -219,8 +222,14 @@ def verify_certificate(certificate, X, *, query=None, raise_on_failure=True):
             f"the certificate is for sequences of length {c.seq_len} over {c.n_bits} bits; "
             f"X has shape {X.shape}."
         )
+    positional = bool(getattr(c, "positional", False))
+    if positional and (query != "last" or is_compact(X)):
+        raise ValueError('a positional certificate is checked on final-query sequences '
+                         'held as an array (query="last", X not a CompactFamily).')
     try:
         _check(c, X, query == "last")
+        if positional:
+            _check_orders(c, X)
     except _Failure as exc:
         if raise_on_failure:
             raise ValueError(f"certificate rejected: {exc}") from None
@@ -339,6 +348,34 @@ def _check(c, X, final_query):
     # last, the one pass over the family: every sequence the chains use is present
     si, sa, sb = (np.concatenate(col) for col in steps)
     _check_family(X, tokens, q, si, sa, sb, N, final_query)
+
+
+def _check_orders(c, X):
+    """Every S3 step ``(x; a, b)`` of the certificate's chains is in ``X`` in every order:
+    the exact sequence ``b^p a b^(N-2-p) x`` for ``p = 0 .. N-2``, read as rows of
+    token ids (one pass over ``X`` in slices)."""
+    N, m = int(c.seq_len), int(c.n_bits)
+    tokens = np.asarray(c.tokens, dtype=np.int64)
+    q = np.asarray(c.query_index, dtype=np.int64)
+    k = np.asarray(c.key_index, dtype=np.int64)
+    wanted = set()
+    for i in range(len(q)):
+        ov = tokens @ tokens[q[i]]
+        others = np.delete(np.arange(len(q)), i)
+        _, _, (a, b) = _row_chains(i, int(k[i]), k[others], c.parents[i], ov, N)
+        for x_a, x_b in zip(a.tolist(), b.tolist()):
+            for p in range(N - 1):
+                wanted.add(tuple([x_b] * p + [x_a] + [x_b] * (N - 2 - p) + [int(q[i])]))
+    lookup = {bytes(t): i for i, t in enumerate(np.packbits(c.tokens.astype(np.uint8), axis=1))}
+    for ids, _, _ in _family_slots(X, lookup, m):
+        wanted.difference_update(map(tuple, ids.tolist()))
+        if not wanted:
+            return
+    if wanted:
+        seq = min(wanted)
+        _fail(f"sequence {list(seq)} (token ids; S3 of query {seq[-1]} in one order of its "
+              "keys) is missing from X: the certificate claims every order for "
+              "position-dependent maps")
 
 
 def _check_row_claims(i, others, k, prod, ov, K_claim, D_claim):

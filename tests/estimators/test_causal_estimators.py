@@ -45,7 +45,7 @@ def test_fit_predict_and_theorem_flags(name, data):
     if causal and not positional:
         last = KernelAttentionRegressor(rank=3, **OPTIONS[name], **FAST).fit(X, y[:, -1])
         assert last.query_ == "last" and last.theorem_applies_ is True
-    assert est.theorem_ == ("paper's claim" if positional else "no" if causal else "yes")
+    assert est.theorem_ == ("positional" if positional else "no" if causal else "yes")
     loaded = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(loaded.predict(X), pred)
 

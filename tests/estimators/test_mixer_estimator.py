@@ -84,7 +84,7 @@ def test_builtin_mixers_fit_and_declare(name, data):
     est = SequenceMixerRegressor(name, state_size=3, **FAST).fit(X, y)
     assert est.predict(X).shape == y.shape
     assert est.theorem_ == get_mixer(name).theorem
-    assert est.theorem_ in ("yes", "paper's claim", "no")
+    assert est.theorem_ in ("yes", "positional", "no")
     kwargs = {"max_len": 3} if name == "positional" else {}  # from the data in fit
     assert est.state_floats_ == make_mixer(name, 6, 3, **kwargs).state_floats(3)
     assert est.state_floats_ > 0 and est.n_bits_ == 6 and est.query_ == "all"

@@ -36,8 +36,12 @@ class _ExactMinIP(Mixer):
         return self.state_size
 
 
-class _ClaimedExactMinIP(_ExactMinIP):
-    theorem = "paper's claim"
+class _PositionalExactMinIP(_ExactMinIP):
+    theorem = "positional"
+
+
+class _NoTheoremExactMinIP(_ExactMinIP):
+    theorem = "no"
 
 
 def test_mixers_leaderboard_rows_files_and_checks(tmp_path):
@@ -64,16 +68,45 @@ def test_mixers_leaderboard_rows_files_and_checks(tmp_path):
         assert (tmp_path / name).exists(), name
 
 
-def test_a_claimed_mixer_solving_below_the_bound_is_reported_not_failed():
-    # the certificate bounds positionless maps: for the paper's claim it is a finding
-    res = mixers_experiment(mixers=[_ClaimedExactMinIP], figures=False,
+def test_a_positional_mixer_below_a_fixed_order_bound_is_reported_not_failed():
+    # a fixed-order family's certificate bounds positionless maps: for a
+    # position-dependent one it is a finding
+    res = mixers_experiment(mixers=[_PositionalExactMinIP], figures=False,
                             **{**TINY, "state_sizes": [1]})
-    assert res.summary["mixer"].tolist() == ["_ClaimedExactMinIP"]
+    assert res.summary["mixer"].tolist() == ["_PositionalExactMinIP"]
     assert res.summary["smallest_solving_state"].tolist() == [1]
     assert res.summary["solved_below_bound"].tolist() == [True]
+    assert res.summary["proven"].tolist() == [False]
     assert res.checks["no_proven_mixer_solved_below_bound"] is True
-    assert "Solved below the certified rank: `_ClaimedExactMinIP`" in res.markdown
-    assert "no witness for such maps" in res.markdown
+    assert "Solved below the certified rank: `_PositionalExactMinIP`" in res.markdown
+    assert "every order of its keys" in res.markdown
+
+
+def test_a_positional_mixer_below_an_every_order_bound_is_a_bug():
+    # in every order of its keys the certificate is positional: it binds the mixer
+    family = dict(n_bits=24, seq_len=3, construction="small", orders="all")
+    with pytest.raises(RuntimeError, match="certified minimum rank is 8"):
+        mixers_experiment(mixers=[_PositionalExactMinIP], figures=False,
+                          **{**TINY, "families": [family], "state_sizes": [1]})
+    # a mixer outside the theorem is recorded there
+    res = mixers_experiment(mixers=[_NoTheoremExactMinIP], figures=False,
+                            **{**TINY, "families": [family], "state_sizes": [1]})
+    assert res.summary["family"].tolist() == ["small-m24-every-order"]
+    assert res.summary["n_sequences"].tolist() == [280]
+    assert res.summary["solved_below_bound"].tolist() == [True]
+    assert res.checks["no_proven_mixer_solved_below_bound"] is True
+
+
+def test_a_family_may_set_its_own_seeds_and_states():
+    res = mixers_experiment(
+        mixers=["linear"], figures=False,
+        **{**TINY, "state_sizes": None, "seeds": (0, 1),
+           "families": [dict(n_bits=24, seq_len=3, construction="small", seeds=(0,),
+                             state_factors=(1,), below_bound=False)]})
+    assert res.results["seed"].tolist() == [0]
+    assert res.results["state_size"].tolist() == [8]
+    with pytest.raises(ValueError, match="families must be a dict"):
+        mixers_experiment(mixers=["linear"], **{**TINY, "families": [8]})
 
 
 def test_a_proven_mixer_solving_below_the_bound_is_a_bug():

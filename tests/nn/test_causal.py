@@ -182,12 +182,12 @@ def test_theorem_flags():
     assert KernelAttentionHead(4, 2, causal=True).theorem == "yes"
     assert KernelAttentionHead(4, 2, causal=True).theorem_applies
     decay = KernelAttentionHead(4, 2, causal=True, positional="decay", decay=0.5)
-    assert (decay.theorem, decay.theorem_applies) == ("paper's claim", False)
+    assert (decay.theorem, decay.theorem_applies) == ("positional", False)
     signed = KernelAttentionHead(4, 2, causal=True, feature_map="identity")
     assert (signed.theorem, signed.theorem_applies) == ("no", False)
     assert SoftmaxAttentionHead(4, causal=True).theorem == "no"
     assert KernelAttentionModel(4, 2, causal=True).theorem == "yes"
-    assert KernelAttentionModel(4, 2, positional="learned", max_len=3).theorem == "paper's claim"
+    assert KernelAttentionModel(4, 2, positional="learned", max_len=3).theorem == "positional"
 
 
 @pytest.mark.parametrize("kw, match", [

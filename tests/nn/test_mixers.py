@@ -180,7 +180,7 @@ def test_kernel_mixer_with_a_log_domain_map_carries_the_running_maximum():
 def test_kernel_theorem_follows_the_sign_of_the_kernel():
     assert make_mixer("kernel", N_BITS, STATE).theorem == "yes"
     assert make_mixer("kernel", N_BITS, STATE, feature_map="identity").theorem == "no"
-    assert make_mixer("retnet", N_BITS, STATE).theorem == "paper's claim"
+    assert make_mixer("retnet", N_BITS, STATE).theorem == "positional"
     assert make_mixer("retnet", N_BITS, STATE, feature_map="identity").theorem == "no"
 
 
@@ -206,13 +206,13 @@ def test_kernel_and_softmax_mixers_are_the_causal_heads():
 def test_registry_lists_the_built_ins():
     assert available_mixers() == BUILT_INS
     assert available_mixers(theorem="yes") == ["kernel"]
-    assert available_mixers(theorem="paper's claim") == ["positional", "retnet"]
+    assert available_mixers(theorem="positional") == ["positional", "retnet"]
     rows = mixer_table()
     assert [row["name"] for row in rows] == BUILT_INS
     for row in rows:
         cls = get_mixer(row["name"])
         assert issubclass(cls, Mixer) and cls.name == row["name"]
-        assert row["theorem"] == cls.theorem in ("yes", "paper's claim", "no")
+        assert row["theorem"] == cls.theorem in ("yes", "positional", "no")
         assert row["paper"] and row["state"]
         assert row["class"].endswith(cls.__qualname__)
     assert {row["name"]: row["state"] for row in rows}["softmax"] == "N (r + d)"
