@@ -7,7 +7,8 @@ with.
 
 ``minip-learn certify FAMILY.npy [--out CERT.json]`` prints the certified minimum rank
 of a family and writes its certificate (``--query last``: final-query Min-IP, only each
-sequence's final position); ``minip-learn verify FAMILY.npy CERT.json`` checks a
+sequence's final position; ``--positional``: also for position-dependent maps, from
+the S3 the family holds in every order of its keys); ``minip-learn verify FAMILY.npy CERT.json`` checks a
 certificate independently (exit status 0 valid, 1 rejected, 2 bad file). A
 family is an ``.npy`` array of sequences or a compact ``.npz`` family
 (:meth:`minip_learn.compact.CompactFamily.save`); certificates ending in ``.gz`` are
@@ -191,6 +192,10 @@ def _add_certificate_commands(sub):
     cert.add_argument("--query", choices=("all", "last"), default="all",
                       help="'last': final-query Min-IP, only each sequence's final "
                            "position (default: all)")
+    cert.add_argument("--positional", action="store_true",
+                      help="with --query last and a .npy family: certify for "
+                           "position-dependent maps too, from the S3 sequences held in "
+                           "every order of their keys")
     ver = sub.add_parser(
         "verify", help="check a certificate against a family, independently of certify",
         description="Check CERT.json against FAMILY (.npy or compact .npz) with "
@@ -248,7 +253,8 @@ def _certificate_command(args):
     try:
         X = _load_family(args.family)
         if args.command == "certify":
-            rank, cert = certify(X, query=args.query, return_certificate=True)
+            rank, cert = certify(X, query=args.query, positional=args.positional,
+                                 return_certificate=True)
             out = args.out or args.family.with_suffix(".certificate.json")
             _write_text(out, cert.to_json())
             print(cert.summary())
@@ -264,7 +270,9 @@ def _certificate_command(args):
             return 1
         print(f"minip-learn: error: {exc}", file=sys.stderr)
         return 2
-    print(f"valid: every nonnegative kernel head that solves {args.family} has rank >= "
+    heads = ("every nonnegative kernel head, position-dependent maps included,"
+             if cert.positional else "every nonnegative kernel head")
+    print(f"valid: {heads} that solves {args.family} has rank >= "
           f"{cert.certified_min_rank} ({len(cert.queries)} (query, key) pairs checked).")
     return 0
 

@@ -173,3 +173,23 @@ def test_cli_query_last(small_last, tmp_path, capsys):
     # the family with its queries first does not hold the final-query certificate
     np.save(fam, small_last.X[:, ::-1])
     assert main(["verify", str(fam), str(cert_file)]) == 1
+
+
+def test_cli_positional(tmp_path, capsys):
+    every = make_witness_suite(24, 3, construction="small", query="last", orders="all")
+    fam = tmp_path / "every.npy"
+    np.save(fam, every.X)
+    assert main(["certify", str(fam), "--query", "last", "--positional"]) == 0
+    out = capsys.readouterr().out
+    assert "certified minimum rank: 8" in out and "every order of its keys" in out
+    cert_file = tmp_path / "every.certificate.json"
+    assert json.loads(cert_file.read_text())["positional"] is True
+    assert main(["verify", str(fam), str(cert_file)]) == 0
+    assert "position-dependent maps included" in capsys.readouterr().out
+    # the fixed-order family lacks orders the certificate claims
+    np.save(fam, make_witness_suite(24, 3, construction="small", query="last").X)
+    assert main(["verify", str(fam), str(cert_file)]) == 1
+    assert "every order" in capsys.readouterr().out
+    # positional needs query last: a message, no traceback
+    assert main(["certify", str(fam), "--positional"]) == 2
+    assert 'needs query="last"' in capsys.readouterr().err
