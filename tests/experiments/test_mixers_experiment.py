@@ -12,7 +12,8 @@ from minip_learn.experiments.mixers import state_grid
 from minip_learn.model_selection import rank_sweep
 from minip_learn.nn import Mixer
 
-TINY = dict(state_sizes=[2, 16], mixer={"max_epochs": 5}, progress=False, n_jobs=1)
+TINY = dict(families=[dict(n_bits=8, construction="exact")], state_sizes=[2, 16],
+            mixer={"max_epochs": 5}, progress=False, n_jobs=1)
 
 
 class _ExactMinIP(Mixer):
