@@ -325,7 +325,7 @@ def _below_note(summary):
     rows = summary[summary["solved_below_bound"]]
     if not len(rows):
         return None
-    found = "; ".join(f"`{r.mixer}` on `{r.family}` at state {r.smallest_solving_state} "
+    found = "; ".join(f"`{r.mixer}` on `{r.family}` at state {fmt(r.smallest_solving_state)} "
                       f"(certified rank {r.certified_min_rank}, theorem: {r.theorem})"
                       for r in rows.itertuples())
     note = f"Solved below the certified rank: {found}."
@@ -357,12 +357,12 @@ def _figure(results, summary):
             ax.plot(frac.index * shift, frac.to_numpy(), marker=markers[i % len(markers)],
                     color=f"C{i}", linestyle="-" if theorem in KERNEL_THEOREMS else "--",
                     label=f"{name} ({theorem})")
-        ax.axvline(bound, color="k", linestyle=":", label=f"certified rank {bound}")
+        ax.axvline(bound, color="k", linestyle=":", label="certified rank")
         ax.set_xscale("log", base=2)
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("state size (rank / key dimension)")
         ax.set_ylabel("solved fraction over seeds")
-        ax.set_title(fam)
+        ax.set_title(f"{fam} (certified rank {bound})")
     axes[0][-1].legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.suptitle("Final-query Min-IP: solved fraction against state size\n"
                  "(solid: kernel attention, covered on every family or in every order; "
