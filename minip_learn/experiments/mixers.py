@@ -347,10 +347,15 @@ def _figure(results, summary):
     import matplotlib.pyplot as plt
 
     fams = list(dict.fromkeys(summary["family"]))
-    fig, axes = plt.subplots(1, len(fams), figsize=(4.8 * len(fams) + 2.2, 4.4),
+    ncols = min(3, len(fams))
+    nrows = -(-len(fams) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.8 * ncols + 2.2, 4.0 * nrows + 0.6),
                              layout="constrained", squeeze=False)
+    axes = axes.ravel()
+    for ax in axes[len(fams):]:
+        ax.set_axis_off()
     markers = "osD^vP*Xh"
-    for ax, fam in zip(axes[0], fams):
+    for ax, fam in zip(axes, fams):
         part = results[results["family"] == fam]
         bound = int(summary.loc[summary["family"] == fam, "certified_min_rank"].iloc[0])
         groups = list(part.groupby("mixer", sort=True))
@@ -368,7 +373,7 @@ def _figure(results, summary):
         ax.set_xlabel("state size (rank / key dimension)")
         ax.set_ylabel("solved fraction over seeds")
         ax.set_title(f"{fam} (certified rank {bound})")
-    axes[0][-1].legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    axes[ncols - 1].legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.suptitle("Final-query Min-IP: solved fraction against state size\n"
                  "(solid: kernel attention, covered on every family or in every order; "
                  "dashed: others)")
