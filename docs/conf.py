@@ -231,7 +231,27 @@ def _mixer_table_directive():
     return MixerTable
 
 
+# -- csv-table: a cell starting with "-" (the recipes' "none") reads as text ----------
+# docutils parses each cell as reStructuredText, where "-" (or "- (16)") starts a bullet
+# list; the leading dash is escaped so that it is shown as written.
+def _csv_table_directive():
+    from docutils.parsers.rst.directives.tables import CSVTable
+
+    class DashCSVTable(CSVTable):
+        def parse_csv_data_into_rows(self, csv_data, dialect, source):
+            rows, max_cols = super().parse_csv_data_into_rows(csv_data, dialect, source)
+            for row in rows:
+                for *_, block in row:
+                    for i, line in enumerate(block):
+                        if re.match(r"[-+*](\s|$)", line.lstrip()):
+                            block[i] = "\\" + line.lstrip()
+            return rows, max_cols
+
+    return DashCSVTable
+
+
 def setup(app):
+    app.add_directive("csv-table", _csv_table_directive(), override=True)
     app.connect("builder-inited", _check_api_reference)
     app.add_directive("feature-map-table", _feature_map_table_directive())
     app.add_directive("mixer-table", _mixer_table_directive())
