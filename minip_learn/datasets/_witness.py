@@ -10,8 +10,9 @@ import math
 import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
+from .. import compact
 from .._validation import check_int, distinct_tokens
-from ..compact import MATERIALIZE_MAX_BYTES, CompactFamily
+from ..compact import CompactFamily
 from ..theory import (
     block_designs,
     certify,
@@ -239,8 +240,9 @@ def make_witness_suite(
         rewritten with its query ``x_i`` (the design's, whatever the order of the
         slots) last: ``(a, b, ..., b, x_i)``; ``y`` is the target of that final token
         only, and the certificate is computed with ``certify(..., query="last")``.
-        The family is always materialised, and a ``ValueError`` is raised when ``X``
-        would take more than :data:`~minip_learn.compact.MATERIALIZE_MAX_BYTES`. For
+        As in the full form, ``X`` is materialised only when it fits
+        :data:`~minip_learn.compact.MATERIALIZE_MAX_BYTES`; a larger family is
+        certified in multiset form (``X`` None; ``y`` is always given). For
         ``construction="exact"`` the sequences that the multiset form shares between
         two queries are listed once per query (``n (2n - 1)`` sequences,
         :func:`~minip_learn.theory.exact_family` with ``unique=False``), and
@@ -253,7 +255,9 @@ def make_witness_suite(
         position-dependent maps too (:ref:`theory-positional`). On a family in one
         fixed order such maps can exploit the order (the smaller key always first).
         ``max_sequences`` bounds the family before the orders are listed; ``X`` has
-        about ``N - 1`` times as many sequences.
+        about ``N - 1`` times as many sequences and is always materialised (a
+        ``ValueError`` when it would take more than
+        :data:`~minip_learn.compact.MATERIALIZE_MAX_BYTES`).
     random_state : int, RandomState instance or None, default=None
         None gives the canonical family (the first words, sequences in construction
         order). Otherwise the code words are shuffled before the first ones are taken
@@ -278,9 +282,9 @@ def make_witness_suite(
         built: ``make_witness_suite(**params)`` without those two rebuilds the family);
         ``exact_min_rank`` (the minimum rank when the certified rank equals the
         constructive rank, else None); ``query``; ``orders``; ``DESCR``. With ``query="last"``:
-        ``X`` (n_sequences, seq_len, n_bits) with every query last, ``y``
-        (n_sequences,) the target of the final token, and ``family`` the same
-        sequences in multiset form with the query in the last real slot (so that
+        ``X`` (n_sequences, seq_len, n_bits) with every query last (None above the
+        limit), ``y`` (n_sequences,) the target of the final token, and ``family`` the
+        same sequences in multiset form with the query in the last real slot (so that
         ``family.to_sequences()`` is ``X``); ``params`` then holds ``query``. With
         ``orders="all"``: ``X`` and ``y`` list every order, ``family`` row ``i`` is the
         multiset of ``X[i]`` (its ``to_sequences()`` in one order), ``orders`` and
@@ -290,7 +294,7 @@ def make_witness_suite(
     ------
     ValueError
         On invalid arguments, or when no construction fits ``max_sequences``, or
-        with ``query="last"`` when ``X`` would be larger than
+        with ``orders="all"`` when ``X`` would be larger than
         :data:`~minip_learn.compact.MATERIALIZE_MAX_BYTES`.
 
     Examples
@@ -320,7 +324,7 @@ def make_witness_suite(
         construction, n_bits, seq_len, max_sequences, n_queries)
     words = d.words[:n]
     steps = d.steps[:n, :n]
-    if query == "last":
+    if orders == "all":
         _check_materializable(d.size(n), seq_len, n_bits)
     family = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps,
                             compact=True)
@@ -414,14 +418,15 @@ def _choose_design(designs, construction, n_bits, seq_len, max_sequences, n_quer
 
 
 def _check_materializable(n_sequences, seq_len, n_bits):
-    """The ``ValueError`` of a final-query family too large to materialise."""
+    """The ``ValueError`` of an every-order family too large to materialise."""
     nbytes = int(n_sequences) * int(seq_len) * int(n_bits)
-    if nbytes > MATERIALIZE_MAX_BYTES:
+    limit = compact.MATERIALIZE_MAX_BYTES    # read at call time: a user may set it
+    if nbytes > limit:
         raise ValueError(
-            f'query="last" families are materialised, and this one would take {nbytes} '
+            f'orders="all" families are materialised, and this one would take {nbytes} '
             f"bytes ({n_sequences} sequences of length {seq_len} over {n_bits} bits), more "
-            f"than MATERIALIZE_MAX_BYTES={MATERIALIZE_MAX_BYTES}; lower max_sequences, "
-            "n_queries or seq_len.")
+            f"than MATERIALIZE_MAX_BYTES={limit}; lower max_sequences, "
+            'n_queries or seq_len, or use orders="fixed" (kept in multiset form).')
 
 
 def _check_orders(orders, query):
@@ -525,7 +530,7 @@ def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, desig
     tokens = family.tokens   # the distinct tokens, np.unique order
     n = len(words)
     orders = params.get("orders", "fixed")
-    if X is None and family.materialized_nbytes <= MATERIALIZE_MAX_BYTES:
+    if X is None and family.materialized_nbytes <= compact.MATERIALIZE_MAX_BYTES:
         X = family.to_sequences()
     slot_targets = family.targets()
     if query == "last":
@@ -594,7 +599,7 @@ def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, q
     words = code[:n]
     exact_len = exact_seq_len(words)
     N = exact_len if seq_len is None else seq_len
-    if query == "last":
+    if orders == "all":
         _check_materializable(size, N, n_bits)
     tokens, inv = distinct_tokens(words, return_inverse=True)     # np.unique order
     ids, counts = exact_family(words, N, unique=unique)

@@ -187,6 +187,12 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     for params, fcfg in families:
         suite = make_witness_suite(**params, query="last")
         fam = _family_name(params)
+        if suite.X is None:
+            raise ValueError(
+                f"family {fam}: {len(suite.family):,} sequences of length "
+                f"{suite.family.seq_len} would take {suite.family.materialized_nbytes:,} "
+                "bytes as an array, more than MATERIALIZE_MAX_BYTES; the mixers train on "
+                "materialised sequences: lower its max_sequences or n_queries.")
         bound = int(suite.certified_min_rank)
         sizes = sorted(int(s) for s in (fcfg["state_sizes"] or state_grid(
             bound, fcfg["state_factors"], below_bound=fcfg["below_bound"])))

@@ -4,6 +4,7 @@ sequences, witness suites with every query moved last, and the metrics on (n,) t
 import numpy as np
 import pytest
 
+import minip_learn.compact
 from minip_learn.compact import MATERIALIZE_MAX_BYTES, CompactFamily
 from minip_learn.datasets import make_minip, make_witness_suite, minip_targets
 from minip_learn.metrics import (
@@ -13,6 +14,7 @@ from minip_learn.metrics import (
     solved,
     token_accuracy,
 )
+from minip_learn.theory import verify_certificate
 
 
 def brute_force_last(X):
@@ -115,13 +117,43 @@ def test_exact_suite_query_last_fits_max_sequences():
                            query="last")
 
 
-def test_query_last_refuses_a_family_too_large_to_materialise():
+def test_query_last_keeps_a_family_too_large_to_materialise_in_multiset_form(monkeypatch):
+    small = make_witness_suite(8, construction="exact", query="last")
+    monkeypatch.setattr(minip_learn.compact, "MATERIALIZE_MAX_BYTES", small.X.nbytes - 1)
+    compact = make_witness_suite(8, construction="exact", query="last")
+    assert compact.X is None and compact.query == "last"
+    # the same sequences, targets and certificate, the family kept as multisets
+    np.testing.assert_array_equal(compact.family.to_sequences(), small.X)
+    np.testing.assert_array_equal(compact.y, small.y)
+    np.testing.assert_array_equal(minip_targets(compact.family, query="last"), small.y)
+    assert compact.certified_min_rank == compact.exact_min_rank == 14
+    assert compact.certificate.query == "last"
+    assert verify_certificate(compact.certificate, compact.family)
+    assert verify_certificate(compact.certificate, small.X)
+
+
+def test_exact_final_query_family_at_m16_is_certified_in_multiset_form():
+    # 1,512,930 sequences of length 352 (8.5 GB as an array): exact rank 870
+    last = make_witness_suite(16, construction="exact", max_sequences=2_000_000,
+                              query="last")
+    assert last.X is None
+    assert (len(last.family), last.family.seq_len) == (870 * 1739, 352)
+    assert last.family.materialized_nbytes > MATERIALIZE_MAX_BYTES
+    assert last.y.shape == (870 * 1739,)
+    assert last.certified_min_rank == last.exact_min_rank == last.constructive_rank == 870
+    assert verify_certificate(last.certificate, last.family)
+    rows = np.random.RandomState(0).choice(len(last.family), 200, replace=False)
+    np.testing.assert_array_equal(last.y[rows], brute_force_last(last.family.to_sequences(rows)))
+
+
+def test_every_order_refuses_a_family_too_large_to_materialise():
     nbytes = 4186 * 3000 * 24
     assert nbytes > MATERIALIZE_MAX_BYTES
-    with pytest.raises(ValueError, match=f"would take {nbytes} bytes"):
-        make_witness_suite(24, 3000, construction="hadamard", query="last")
+    with pytest.raises(ValueError, match=f'orders="all" families .* would take {nbytes} bytes'):
+        make_witness_suite(24, 3000, construction="hadamard", query="last", orders="all")
     with pytest.raises(ValueError, match="MATERIALIZE_MAX_BYTES"):
-        make_witness_suite(16, construction="exact", max_sequences=10**7, query="last")
+        make_witness_suite(16, construction="exact", max_sequences=10**7, query="last",
+                           orders="all")
 
 
 @pytest.mark.parametrize("call", [

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+import minip_learn.compact
 from minip_learn import SequenceMixerRegressor
 from minip_learn.cli import build_parser, main
 from minip_learn.datasets import make_minip
@@ -108,6 +109,14 @@ def test_a_family_may_set_its_own_seeds_and_states():
     assert res.results["state_size"].tolist() == [8]
     with pytest.raises(ValueError, match="families must be a dict"):
         mixers_experiment(mixers=["linear"], **{**TINY, "families": [8]})
+
+
+def test_a_family_too_large_to_materialise_fails_before_any_fit(tmp_path, monkeypatch):
+    monkeypatch.setattr(minip_learn.compact, "MATERIALIZE_MAX_BYTES", 1000)
+    with pytest.raises(ValueError, match="family exact-m8: 378 sequences of length 15 "
+                                         "would take 45,360 bytes"):
+        mixers_experiment(mixers=["linear"], out=tmp_path, **TINY)
+    assert not any((tmp_path / "runs").iterdir())
 
 
 def test_a_proven_mixer_solving_below_the_bound_is_a_bug():
