@@ -114,3 +114,79 @@ def test_scaling_page_table_equals_the_artifact():
         assert route.strip("()") == s["upper_route"]
         assert row["softmax solved (epochs)"].startswith(
             "5/5" if s["softmax_solved"] == 1 else "")
+
+
+# What the causal page says the mixers leaderboard found, each with the artifact cells
+# that back it: (words on the page, family, mixer, column of table.csv, stored value).
+MIXER_FINDINGS = [
+    ("first solve at twice\n  the certified rank or more",
+     "exact-m8", "kernel", "smallest solving state", "28"),
+    ("first solve at twice", "small-m24", "kernel", "smallest solving state", "16"),
+    ("first solve at twice", "small-m24-every-order", "positional",
+     "smallest solving state", "16"),
+    ("first solve at twice", "small-m24-every-order", "retnet", "smallest solving state",
+     "16"),
+    ("up to state 80 with one seed", "exact-m12-20w", "kernel", "solved per state (k/n)",
+     "10:0/1 19:0/1 20:0/1 40:0/1 80:0/1"),
+    ("state, 4, for every seed", "small-m24", "positional", "solved per state (k/n)",
+     "4:3/3 7:3/3 8:3/3 16:3/3 32:3/3"),
+    ("7 of 14\n  at ``m = 8``", "exact-m8", "positional", "smallest solving state", "7"),
+    ("10 of 20 at ``m = 12``", "exact-m12-20w", "positional", "smallest solving state",
+     "10"),
+    ("(280 sequences) it first solves\n  at 16", "small-m24-every-order", "positional",
+     "smallest solving state", "16"),
+    ("witness at state 4 in both orders, for every seed", "small-m24", "mamba",
+     "solved per state (k/n)", "4:3/3 7:3/3 8:3/3 16:3/3 32:3/3"),
+    ("witness at state 4 in both orders, for every seed", "small-m24-every-order", "mamba",
+     "solved per state (k/n)", "4:3/3 7:3/3 8:3/3 16:3/3 32:3/3"),
+    ("family at state 7 (56 floats", "exact-m8", "deltanet", "state floats there", "56"),
+    ("witness at 4 to 7", "small-m24", "deltanet", "smallest solving state", "7"),
+    ("witness at 4 to 7", "small-m24-every-order", "deltanet", "smallest solving state",
+     "4"),
+    ("the exact ``m = 12`` family and R6 at every state of the grid", "exact-m12-20w",
+     "softmax", "solved per state (k/n)", "10:1/1 19:1/1 20:1/1 40:1/1 80:1/1"),
+    ("the exact ``m = 12`` family and R6 at every state of the grid", "auto-m24",
+     "softmax", "solved per state (k/n)", "8:1/1 17:1/1 34:1/1 68:1/1"),
+    ("first solve at state 68 (certified 17", "auto-m24", "kernel",
+     "smallest solving state", "68"),
+    ("first solve at state 68 (certified 17", "auto-m24", "retnet",
+     "smallest solving state", "68"),
+]
+
+
+def _mixers_table():
+    import csv
+
+    path = ROOT / "docs" / "_static" / "extended" / "mixers" / "table.csv"
+    with path.open(newline="") as f:
+        return {(row["family"], row["mixer"]): row for row in csv.DictReader(f)}
+
+
+@pytest.mark.parametrize("words, family, mixer, column, value", MIXER_FINDINGS)
+def test_causal_page_findings_equal_the_mixers_artifact(words, family, mixer, column, value):
+    page = (ROOT / "docs" / "causal.rst").read_text()
+    assert words in page, words
+    assert _mixers_table()[family, mixer][column] == value, (family, mixer, column)
+
+
+def test_causal_page_counts_of_the_mixers_artifact():
+    table = _mixers_table()
+    page = (ROOT / "docs" / "causal.rst").read_text()
+    # "Nothing the proof covers solved below its line"
+    proven = [row for row in table.values() if row["bound proven here"] == "yes"]
+    assert proven and all(row["below the bound"] == "no" for row in proven)
+    assert "Nothing the proof covers solved below its line." in page
+    # "only once in 30 fits": causal softmax on the m = 24 witness, both orders
+
+    def solved(row):
+        return [tuple(map(int, cell.split(":")[1].split("/")))
+                for cell in row["solved per state (k/n)"].split()]
+
+    cells = solved(table["small-m24", "softmax"]) + \
+        solved(table["small-m24-every-order", "softmax"])
+    assert (sum(k for k, _ in cells), sum(n for _, n in cells)) == (1, 30)
+    assert "only once in 30 fits" in page
+    # "the kernel head's proven 14 x 10": 10 floats per unit of rank on exact m = 8
+    kernel = table["exact-m8", "kernel"]
+    assert "14 x 10" in page and kernel["certified rank"] == "14"
+    assert int(kernel["state floats there"]) == 10 * int(kernel["smallest solving state"])
