@@ -183,16 +183,17 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     for _, fcfg in families:        # an unknown mixer name fails before any fit
         for mixer in fcfg["mixers"] or available_mixers():
             _label(mixer)
-    parts, rows, agree = [], [], {}
-    for params, fcfg in families:
-        suite = make_witness_suite(**params, query="last")
-        fam = _family_name(params)
+    suites = [make_witness_suite(**params, query="last") for params, _ in families]
+    for (params, _), suite in zip(families, suites):  # so does a family too large to train on
         if suite.X is None:
             raise ValueError(
-                f"family {fam}: {len(suite.family):,} sequences of length "
+                f"family {_family_name(params)}: {len(suite.family):,} sequences of length "
                 f"{suite.family.seq_len} would take {suite.family.materialized_nbytes:,} "
                 "bytes as an array, more than MATERIALIZE_MAX_BYTES; the mixers train on "
                 "materialised sequences: lower its max_sequences or n_queries.")
+    parts, rows, agree = [], [], {}
+    for (params, fcfg), suite in zip(families, suites):
+        fam = _family_name(params)
         bound = int(suite.certified_min_rank)
         sizes = sorted(int(s) for s in (fcfg["state_sizes"] or state_grid(
             bound, fcfg["state_factors"], below_bound=fcfg["below_bound"])))

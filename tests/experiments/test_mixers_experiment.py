@@ -112,10 +112,12 @@ def test_a_family_may_set_its_own_seeds_and_states():
 
 
 def test_a_family_too_large_to_materialise_fails_before_any_fit(tmp_path, monkeypatch):
-    monkeypatch.setattr(minip_learn.compact, "MATERIALIZE_MAX_BYTES", 1000)
+    # the first family (190 x 3 x 24 bytes) fits, the second (378 x 15 x 8) does not
+    monkeypatch.setattr(minip_learn.compact, "MATERIALIZE_MAX_BYTES", 20_000)
+    families = [dict(n_bits=24, seq_len=3, construction="small"), *TINY["families"]]
     with pytest.raises(ValueError, match="family exact-m8: 378 sequences of length 15 "
                                          "would take 45,360 bytes"):
-        mixers_experiment(mixers=["linear"], out=tmp_path, **TINY)
+        mixers_experiment(mixers=["linear"], out=tmp_path, **{**TINY, "families": families})
     assert not any((tmp_path / "runs").iterdir())
 
 
