@@ -9,11 +9,9 @@ import runpy
 from pathlib import Path
 
 import pytest
-
-docutils = pytest.importorskip("docutils")
-from docutils import nodes  # noqa: E402
-from docutils.core import publish_doctree  # noqa: E402
-from docutils.parsers.rst import directives  # noqa: E402
+from docutils import nodes
+from docutils.core import publish_doctree
+from docutils.parsers.rst import directives
 
 CONF = Path(__file__).resolve().parents[1] / "docs" / "conf.py"
 
@@ -34,7 +32,6 @@ def _cells(doctree):
 
 @pytest.fixture
 def dash_table():
-    pytest.importorskip("sphinx")
     conf = runpy.run_path(str(CONF), run_name="docs_conf")
     original, _ = directives.directive("csv-table", None, None)
     directives.register_directive("csv-table", conf["_csv_table_directive"]())
