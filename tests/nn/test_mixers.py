@@ -25,13 +25,13 @@ BUILT_INS = ["deltanet", "gla", "kernel", "linear", "mamba", "positional", "retn
 N_BITS, STATE, VALUE_DIM = 5, 3, 4
 
 
-def _mixer(name, seed=0, **kwargs):
+def _mixer(name, seed=0, state=STATE, value_dim=VALUE_DIM, **kwargs):
     """A built-in mixer in float64 with parameters away from their initialisation (so
     that every part of the recurrence matters: Mamba's steps, GLA's gates ...)."""
     torch.manual_seed(seed)
     if name == "positional":
         kwargs.setdefault("max_len", 64)
-    mixer = make_mixer(name, N_BITS, STATE, value_dim=VALUE_DIM, **kwargs).double()
+    mixer = make_mixer(name, N_BITS, state, value_dim=value_dim, **kwargs).double()
     with torch.no_grad():
         for p in mixer.parameters():
             p.add_(0.3 * torch.randn_like(p))
@@ -437,3 +437,120 @@ def test_retnet_equals_fla_naive_retention_normalised():
     num = fla.naive_retention(q, k, head.value(x)[:, None])[:, 0]
     den = fla.naive_retention(q, k, torch.ones_like(x[:, None, :, :1]))[:, 0]
     torch.testing.assert_close(mixer.attend(x), (num / den).double(), **FLA_TOL)
+
+
+# -- on a CUDA device ------------------------------------------------------------------------
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_mixer_on_cuda_equals_cpu_and_its_recurrence(name):
+    cpu, x = _mixer(name), _tokens()
+    gpu = _mixer(name).to("cuda")
+    y = gpu(x.to("cuda"))
+    assert y.device.type == "cuda"
+    torch.testing.assert_close(y.cpu(), cpu(x), rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(gpu.recurrent(x.to("cuda")), y, rtol=1e-9, atol=1e-10)
+    assert y.std() > 1e-3
+
+
+# flash-linear-attention's fused Triton kernels (chunked and fused-recurrent, on the
+# GPU) against the float64 whole-sequence forms, on sequences of several chunks (state and
+# value sizes of 16: the kernels' matrix blocks). The error is measured per position
+# relative to the output's size there. Measured on an H200 (fla 0.6.0, Triton 3.6): the
+# fused-recurrent kernels (float32) 1e-7 to 3e-6; the chunked ones, which multiply
+# float32 blocks in TF32, 7e-4 to 1.8e-3; the delta rule's chunked kernel, bfloat16 only,
+# 2.7e-2. A wrong gate, scale or mask is off by order one (the sequences reversed: > 1).
+FUSED = {"state": 16, "value_dim": 16}
+FUSED_RTOL = {"recurrent": 1e-4, "tf32": 1e-2, "bfloat16": 6e-2}
+
+
+def fused_error(u, ref):
+    """Largest error over positions of ``ref`` against ``u``, relative to ``|u|`` there."""
+    ref = ref.double().cpu()
+    return float(((u - ref).norm(dim=-1) / u.norm(dim=-1).clamp_min(1e-12)).max())
+
+
+def _long():
+    return _tokens(batch=2, seq_len=150, seed=2)
+
+
+def _gpu(t, heads=True):
+    t = _heads(t) if heads else t
+    return t.float().cuda()
+
+
+def _close_to_fused(u, ref, dtype="tf32"):
+    assert fused_error(u, ref) <= FUSED_RTOL[dtype]
+    assert fused_error(u, ref.flip(-2)) > 0.1  # the comparison can fail
+
+
+@cuda
+@fla_warnings
+def test_linear_and_kernel_equal_fla_fused_linear_attn():
+    fla = _fla("fla.ops.linear_attn")
+    x = _long()
+    m = _mixer("linear", **FUSED).token_maps(x)
+    q, k, v = _gpu(m["q"]), _gpu(m["k"]), _gpu(m["v"])
+    u = _mixer("linear", **FUSED).attend(x)
+    _close_to_fused(u, fla.chunk_linear_attn(q, k, v, scale=1.0, normalize=False)[0][:, :, 0])
+    _close_to_fused(u, fla.fused_recurrent_linear_attn(q, k, v, scale=1.0)[0][:, :, 0],
+                    "recurrent")
+    kernel = _mixer("kernel", **FUSED)
+    head = kernel.head
+    ref, _ = fla.chunk_linear_attn(_gpu(head.query_features(x)), _gpu(head.key_features(x)),
+                                   _gpu(head.value(x)), scale=1.0, normalize=True)
+    _close_to_fused(kernel.attend(x), ref[:, :, 0])
+
+
+@cuda
+@fla_warnings
+def test_gla_and_mamba_equal_fla_fused_gla():
+    fla = _fla("fla.ops.gla")
+    x = _long()
+    mixer = _mixer("gla", **FUSED)
+    m = mixer.token_maps(x)
+    args = (_gpu(m["q"]), _gpu(m["k"]), _gpu(m["v"]), _gpu(m["log_alpha"]))
+    u = mixer.attend(x)
+    _close_to_fused(u, fla.chunk_gla(*args, scale=1.0)[0][:, :, 0])
+    _close_to_fused(u, fla.fused_recurrent_gla(*args[:3], gk=args[3], scale=1.0)[0][:, :, 0],
+                    "recurrent")
+    # Mamba: channel c is GLA with one value (heads = channels, as in the naive test)
+    mamba = _mixer("mamba", **FUSED)
+    m = mamba.token_maps(x)
+    q = m["C"][:, :, None, :].expand(-1, -1, FUSED["value_dim"], -1)
+    k = m["delta"][..., None] * m["B"][:, :, None, :]
+    gk = m["delta"][..., None] * m["A"]
+    ref, _ = fla.fused_recurrent_gla(_gpu(q, False), _gpu(k, False),
+                                     _gpu(m["v"][..., None], False), gk=_gpu(gk, False),
+                                     scale=1.0)
+    _close_to_fused(mamba.attend(x), ref[..., 0].double().cpu() + mamba.D * m["v"],
+                    "recurrent")
+
+
+@cuda
+@fla_warnings
+def test_deltanet_equals_fla_fused_delta_rule():
+    fla = _fla("fla.ops.delta_rule")
+    x = _long()
+    mixer = _mixer("deltanet", **FUSED)
+    m = mixer.token_maps(x)
+    args = (_gpu(m["q"]), _gpu(m["k"]), _gpu(m["v"]), m["beta"][..., None].float().cuda())
+    u = mixer.attend(x)
+    _close_to_fused(u, fla.fused_recurrent_delta_rule(*args, scale=1.0)[0][:, :, 0],
+                    "recurrent")
+    half = [a.bfloat16() for a in args]     # the chunked kernel takes bfloat16 only
+    _close_to_fused(u, fla.chunk_delta_rule(*half, scale=1.0)[0][:, :, 0], "bfloat16")
+
+
+@cuda
+@fla_warnings
+def test_retnet_equals_fla_chunk_retention_normalised():
+    fla = _fla("fla.ops.retention")
+    x = _long()
+    head = _mixer("retnet", **FUSED).head
+    q, k = _gpu(head.query_features(x)), _gpu(head.key_features(x))
+    num = fla.chunk_retention(q, k, _gpu(head.value(x)), scale=1.0)[0][:, :, 0]
+    den = fla.chunk_retention(q, k, torch.ones_like(q), scale=1.0)[0][:, :, 0, :1]
+    _close_to_fused(_mixer("retnet", **FUSED).attend(x), num.double() / den.double())
