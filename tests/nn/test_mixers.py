@@ -481,6 +481,12 @@ def _gpu(t, heads=True):
     return t.float().cuda()
 
 
+def _fused_case(name):
+    """A mixer for the fused kernels, its per-token maps on ``_long()`` and its output."""
+    mixer, x = _mixer(name, **FUSED), _long()
+    return mixer, mixer.token_maps(x), mixer.attend(x)
+
+
 def _close_to_fused(u, ref, dtype="tf32"):
     assert fused_error(u, ref) <= FUSED_RTOL[dtype]
     assert fused_error(u, ref.flip(-2)) > 0.1  # the comparison can fail
@@ -491,9 +497,8 @@ def _close_to_fused(u, ref, dtype="tf32"):
 def test_linear_and_kernel_equal_fla_fused_linear_attn():
     fla = _fla("fla.ops.linear_attn")
     x = _long()
-    m = _mixer("linear", **FUSED).token_maps(x)
+    _, m, u = _fused_case("linear")
     q, k, v = _gpu(m["q"]), _gpu(m["k"]), _gpu(m["v"])
-    u = _mixer("linear", **FUSED).attend(x)
     _close_to_fused(u, fla.chunk_linear_attn(q, k, v, scale=1.0, normalize=False)[0][:, :, 0])
     _close_to_fused(u, fla.fused_recurrent_linear_attn(q, k, v, scale=1.0)[0][:, :, 0],
                     "recurrent")
@@ -508,24 +513,20 @@ def test_linear_and_kernel_equal_fla_fused_linear_attn():
 @fla_warnings
 def test_gla_and_mamba_equal_fla_fused_gla():
     fla = _fla("fla.ops.gla")
-    x = _long()
-    mixer = _mixer("gla", **FUSED)
-    m = mixer.token_maps(x)
+    _, m, u = _fused_case("gla")
     args = (_gpu(m["q"]), _gpu(m["k"]), _gpu(m["v"]), _gpu(m["log_alpha"]))
-    u = mixer.attend(x)
     _close_to_fused(u, fla.chunk_gla(*args, scale=1.0)[0][:, :, 0])
     _close_to_fused(u, fla.fused_recurrent_gla(*args[:3], gk=args[3], scale=1.0)[0][:, :, 0],
                     "recurrent")
     # Mamba: channel c is GLA with one value (heads = channels, as in the naive test)
-    mamba = _mixer("mamba", **FUSED)
-    m = mamba.token_maps(x)
+    mamba, m, u = _fused_case("mamba")
     q = m["C"][:, :, None, :].expand(-1, -1, FUSED["value_dim"], -1)
     k = m["delta"][..., None] * m["B"][:, :, None, :]
     gk = m["delta"][..., None] * m["A"]
     ref, _ = fla.fused_recurrent_gla(_gpu(q, False), _gpu(k, False),
                                      _gpu(m["v"][..., None], False), gk=_gpu(gk, False),
                                      scale=1.0)
-    _close_to_fused(mamba.attend(x), ref[..., 0].double().cpu() + mamba.D * m["v"],
+    _close_to_fused(u, ref[..., 0].double().cpu() + mamba.D * m["v"],
                     "recurrent")
 
 
@@ -533,11 +534,8 @@ def test_gla_and_mamba_equal_fla_fused_gla():
 @fla_warnings
 def test_deltanet_equals_fla_fused_delta_rule():
     fla = _fla("fla.ops.delta_rule")
-    x = _long()
-    mixer = _mixer("deltanet", **FUSED)
-    m = mixer.token_maps(x)
+    _, m, u = _fused_case("deltanet")
     args = (_gpu(m["q"]), _gpu(m["k"]), _gpu(m["v"]), m["beta"][..., None].float().cuda())
-    u = mixer.attend(x)
     _close_to_fused(u, fla.fused_recurrent_delta_rule(*args, scale=1.0)[0][:, :, 0],
                     "recurrent")
     half = [a.bfloat16() for a in args]     # the chunked kernel takes bfloat16 only
