@@ -1,8 +1,8 @@
 """The estimators, sweeps and recipes on a CUDA device (skipped where there is none).
 
-A model fitted on the GPU predicts what the same parameters predict on the CPU (both
-evaluate in float64), pickles to a CPU-only loader, and the sweeps and the command line
-place fits on ``cuda`` devices."""
+A model fitted on the GPU predicts what the same parameters, pickled and moved to the
+CPU, predict there (both evaluate in float64); the sweeps and the command line place
+fits on ``cuda`` devices."""
 
 import pickle
 
