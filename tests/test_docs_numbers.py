@@ -7,6 +7,7 @@ the full grid's ``docs/_static/scaling/summary.csv`` as a table. Times are not c
 (they belong to the machine); every outcome column is.
 """
 
+import functools
 import json
 from pathlib import Path
 
@@ -154,6 +155,7 @@ MIXER_FINDINGS = [
 ]
 
 
+@functools.cache
 def _mixers_table():
     import csv
 

@@ -183,14 +183,16 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     for _, fcfg in families:        # an unknown mixer name fails before any fit
         for mixer in fcfg["mixers"] or available_mixers():
             _label(mixer)
-    suites = [make_witness_suite(**params, query="last") for params, _ in families]
-    for (params, _), suite in zip(families, suites):  # so does a family too large to train on
+    suites = []
+    for params, _ in families:      # so does a family too large to train on
+        suite = make_witness_suite(**params, query="last")
         if suite.X is None:
             raise ValueError(
                 f"family {_family_name(params)}: {len(suite.family):,} sequences of length "
                 f"{suite.family.seq_len} would take {suite.family.materialized_nbytes:,} "
                 "bytes as an array, more than MATERIALIZE_MAX_BYTES; the mixers train on "
                 "materialised sequences: lower its max_sequences or n_queries.")
+        suites.append(suite)
     parts, rows, agree = [], [], {}
     for (params, fcfg), suite in zip(families, suites):
         fam = _family_name(params)
