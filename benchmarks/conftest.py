@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import _bench  # noqa: E402  (benchmarks/ is on sys.path: pytest's rootdir-based import)
 
-SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify")
+SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify", "startup")
 
 
 def pytest_addoption(parser):
@@ -213,6 +213,15 @@ def markdown(res):
                        "speed-up", "certify peak [MiB]", "baseline peak [MiB]", "rank",
                        "baseline rank"], rows)
         out += ["", f"Memory: {_bench.CERTIFY_MEMORY_METHOD}.", ""]
+    if res["startup"]:
+        out += ["### (f) Command-line start-up (a fresh interpreter each round)", ""]
+        out += _table(
+            ["minip-learn --help [s]", "python -c pass [s]", "difference [s]",
+             "import minip_learn.estimators [s]", "target"],
+            [[f"{r['target_median']:.3f}", f"{r['baseline_median']:.3f}",
+              f"{r['target_median'] - r['baseline_median']:.3f}", f"{r['eager_median']:.2f}",
+              "--help <= 0.5 s"] for r in res["startup"]])
+        out.append("")
     for s in res["skipped"]:
         out.append(f"Skipped: {s['test']}: {s['reason']}")
     return out

@@ -5,14 +5,17 @@ regenerates the recipe outputs committed under ``docs/_static`` (listed in
 :data:`~minip_learn.experiments.DOCS_ARTIFACTS`), each with the settings it was made
 with.
 
-``minip-learn certify FAMILY.npy [--out CERT.json]`` prints the certified minimum rank
-of a family and writes its certificate (``--query last``: final-query Min-IP, only each
-sequence's final position; ``--positional``: also for position-dependent maps, from
-the S3 the family holds in every order of its keys); ``minip-learn verify FAMILY.npy CERT.json`` checks a
-certificate independently (exit status 0 valid, 1 rejected, 2 bad file). A
-family is an ``.npy`` array of sequences or a compact ``.npz`` family
-(:meth:`minip_learn.compact.CompactFamily.save`); certificates ending in ``.gz`` are
-gzip-compressed.
+``minip-learn certify FAMILY.npy [--out CERT.json] [--force]`` prints the certified
+minimum rank of a family and writes its certificate: an existing file is replaced only
+with ``--force`` and the family itself never, and the file is written whole or not at
+all (``--query last``: final-query Min-IP, only each sequence's final position;
+``--positional``: also for position-dependent maps, from the S3 the family holds in
+every order of its keys). ``minip-learn verify FAMILY.npy CERT.json`` checks a
+certificate independently (exit status 0 valid, 1 rejected, 2 a file that cannot be
+read, named in one line). A family is an ``.npy`` array of sequences or a compact
+``.npz`` family (:meth:`minip_learn.compact.CompactFamily.save`); certificates ending in
+``.gz`` are gzip-compressed. Both show their stages on a progress bar when standard
+error is a terminal (``--no-progress``: never).
 
 ``witness`` and ``length`` are the paper's experiments (``all`` runs those two);
 ``ood`` (out-of-distribution scaling), ``beyond`` (variants outside the theorem) and
@@ -36,6 +39,7 @@ SIGTERM (the finished fits are kept: the same command resumes).
 
 import argparse
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -49,18 +53,17 @@ __all__ = ["build_parser", "main"]
 
 
 # -- option types: a bad value is refused by the parser, naming the option ---------------
-def _devices(text):
-    import torch
+_DEVICE = re.compile(r"(cpu|cuda|mps)(:\d+)?")
 
+
+def _devices(text):
+    # checked by name here (the parser answers at once, without importing torch); a
+    # device this machine does not have is refused by resolve_devices before any fit
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
         raise argparse.ArgumentTypeError("give a device such as cpu, cuda or cuda:0,cuda:1")
     for item in items:
-        try:
-            kind = torch.device(item).type
-        except (RuntimeError, ValueError):
-            kind = None
-        if kind not in ("cpu", "cuda", "mps"):
+        if not _DEVICE.fullmatch(item):
             raise argparse.ArgumentTypeError(
                 f"unknown device {item!r}; use cpu, cuda, cuda:N or mps")
     return items[0] if len(items) == 1 else items
@@ -144,7 +147,8 @@ def build_parser():
                           "docs-artifacts: every recipe output committed under "
                           "docs/_static, each with the settings it was made with")
     rep.add_argument("--quick", action="store_true",
-                     help="small grid: a few minutes on 2 cores (default: the full grid)")
+                     help="small grid: from about 20 s (witness) to 2 min (ood) on 2 "
+                          "cores (default: the full grid)")
     rep.add_argument("--out", default="minip-results", type=Path, action=_Out,
                      help="output folder (default: minip-results/; docs-artifacts: "
                           "docs/_static/)")
@@ -160,7 +164,9 @@ def build_parser():
                      help="override the kernel seeds, e.g. 0,1,2")
     rep.add_argument("--max-epochs", type=lambda t: _int(t, 1, "a positive integer"),
                      default=None, help="override max_epochs of every fit")
-    rep.add_argument("--no-progress", action="store_true", help="no progress bars")
+    rep.add_argument("--no-progress", action="store_true",
+                     help="no progress bars (none either when standard error is not a "
+                          "terminal)")
     rep.add_argument("--ensemble", action="store_true", default=None,
                      help="train the seeds and ranks of each sweep as batched ensembles "
                           "(same results, several times cheaper per fit; scaling does "
@@ -185,10 +191,14 @@ def _add_certificate_commands(sub):
         description="Compute the certified minimum rank of the family in FAMILY (an .npy "
                     "array of shape (n_samples, seq_len, n_bits) with 0/1 values, or an "
                     ".npz compact family: tokens, token_ids, counts) and write the "
-                    "certificate as JSON (gzip-compressed when the name ends in .gz).")
+                    "certificate as JSON (gzip-compressed when the name ends in .gz). An "
+                    "existing file is never replaced without --force, and the family "
+                    "itself never.")
     cert.add_argument("family", type=Path, help="the family: a .npy or compact .npz file")
     cert.add_argument("--out", type=Path, default=None,
                       help="certificate file (default: FAMILY.certificate.json)")
+    cert.add_argument("--force", action="store_true",
+                      help="replace the certificate file if it exists")
     cert.add_argument("--query", choices=("all", "last"), default="all",
                       help="'last': final-query Min-IP, only each sequence's final "
                            "position (default: all)")
@@ -200,76 +210,128 @@ def _add_certificate_commands(sub):
         "verify", help="check a certificate against a family, independently of certify",
         description="Check CERT.json against FAMILY (.npy or compact .npz) with "
                     "minip_learn.theory.verify_certificate; exit status 0 when valid, 1 "
-                    "when rejected.")
+                    "when rejected, 2 when a file cannot be read.")
     ver.add_argument("family", type=Path, help="the family: a .npy or compact .npz file")
     ver.add_argument("certificate", type=Path,
                      help="the certificate: a JSON file (.json.gz: gzip-compressed)")
     ver.add_argument("--query", choices=("all", "last"), default=None,
                      help="'last': final-query Min-IP (default: the certificate's own)")
+    for command in (cert, ver):
+        command.add_argument("--no-progress", action="store_true",
+                             help="no progress bar (none either when standard error is "
+                                  "not a terminal)")
+
+
+# what a damaged or hostile input file can raise while it is read: reported as one line
+# naming the file (exit status 2), never as a traceback
+_READ_ERRORS = (OSError, EOFError, MemoryError, OverflowError, RecursionError,
+                UnicodeDecodeError)
+
+
+def _reading(path, read):
+    """``read()``, with any reading failure turned into a ValueError naming ``path``."""
+    import zipfile
+    import zlib
+
+    try:
+        return read()
+    except ValueError:
+        raise
+    except (*_READ_ERRORS, zipfile.BadZipFile, zlib.error) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise ValueError(f"cannot read {path}: {reason}.") from None
 
 
 def _load_family(path):
-    import numpy as np
-
-    from .compact import is_compact, load_family
+    from .compact import load_family
 
     if not path.is_file():
-        raise ValueError(f"family file {path} does not exist.")
-    X = load_family(path)
-    if is_compact(X):
-        return X
-    if X.ndim != 3 or not X.size or not np.isin(X, (0, 1)).all():
-        raise ValueError(f"{path}: a family is an array of shape (n_samples, seq_len, n_bits) "
-                         f"with 0/1 values; got shape {X.shape}, dtype {X.dtype}.")
-    return X
+        raise ValueError(f"family file {path} does not exist or is not a file.")
+    return _reading(path, lambda: load_family(path))
 
 
-def _read_text(path):
-    """A text file's contents; ``.gz`` files are decompressed."""
+def _read_certificate(path):
     import gzip
 
-    if path.suffix == ".gz":
-        try:
-            with gzip.open(path, "rt") as fh:
+    from .theory import Certificate
+
+    if not path.is_file():
+        raise ValueError(f"certificate file {path} does not exist or is not a file.")
+
+    def read():
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as fh:
                 return fh.read()
-        except OSError as exc:
-            raise ValueError(f"{path} is not a gzip file ({exc}).") from None
-    return path.read_text()
+        return path.read_bytes()
 
-
-def _write_text(path, text):
-    import gzip
-
-    if path.suffix == ".gz":
-        with gzip.open(path, "wt") as fh:
-            fh.write(text)
-    else:
-        path.write_text(text)
-
-
-def _certificate_command(args):
-    from .theory import Certificate, certify, verify_certificate
-
+    data = _reading(path, read)
     try:
-        X = _load_family(args.family)
-        if args.command == "certify":
-            rank, cert = certify(X, query=args.query, positional=args.positional,
-                                 return_certificate=True)
-            out = args.out or args.family.with_suffix(".certificate.json")
-            _write_text(out, cert.to_json())
-            print(cert.summary())
-            print(f"certificate written to {out}")
-            return 0
-        if not args.certificate.is_file():
-            raise ValueError(f"certificate file {args.certificate} does not exist.")
-        cert = Certificate.from_json(_read_text(args.certificate))
-        verify_certificate(cert, X, query=args.query)
+        return Certificate.from_json(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a UTF-8 JSON text.") from None
     except ValueError as exc:
-        if args.command == "verify" and str(exc).startswith("certificate rejected"):
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def _certificate_out(args):
+    """The certificate file ``certify`` may write, checked before any work is done."""
+    out = args.out or args.family.with_suffix(".certificate.json")
+    if out.resolve() == args.family.resolve() or (
+            out.exists() and args.family.exists() and os.path.samefile(out, args.family)):
+        raise ValueError(f"--out {out} is the family file itself; certify never writes "
+                         "over the family it reads.")
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give a file name.")
+    if out.exists() and not args.force:
+        raise ValueError(f"{out} exists; give --force to replace it (or another --out).")
+    if not out.parent.is_dir():
+        raise ValueError(f"cannot write {out}: the folder {out.parent} does not exist.")
+    return out
+
+
+def _progress(args):
+    """Progress bars: unless ``--no-progress``, and only on a terminal."""
+    return not args.no_progress and sys.stderr.isatty()
+
+
+def _certify_command(args):
+    from ._io import write_text_atomic
+    from ._progress import stages
+    from .theory import certify
+
+    out = _certificate_out(args)
+    with stages(f"certify {args.family.name}", ("read family", "certify", "write"),
+                _progress(args)) as bar:
+        bar.start("read family")
+        X = _load_family(args.family)
+        bar.start("certify")
+        _, cert = certify(X, query=args.query, positional=args.positional,
+                          return_certificate=True)
+        bar.start("write")
+        write_text_atomic(out, cert.to_json())
+    print(cert.summary())
+    print(f"certificate written to {out}")
+    return 0
+
+
+def _verify_command(args):
+    from ._progress import stages
+    from .theory import verify_certificate
+
+    with stages(f"verify {args.certificate.name}",
+                ("read family", "read certificate", "verify"), _progress(args)) as bar:
+        bar.start("read family")
+        X = _load_family(args.family)
+        bar.start("read certificate")
+        cert = _read_certificate(args.certificate)
+        bar.start("verify")
+        try:
+            verify_certificate(cert, X, query=args.query)
+        except ValueError as exc:
+            if not str(exc).startswith("certificate rejected"):
+                raise
             print(f"INVALID: {exc}")
             return 1
-        print(f"minip-learn: error: {exc}", file=sys.stderr)
-        return 2
     heads = ("every nonnegative kernel head, position-dependent maps included,"
              if cert.positional else "every nonnegative kernel head")
     print(f"valid: {heads} that solves {args.family} has rank >= "
@@ -282,7 +344,7 @@ def _run(args, name):
     from .experiments import run_experiment
 
     kwargs = dict(quick=args.quick, out=args.out / name, n_jobs=args.n_jobs,
-                  devices=args.devices, progress=not args.no_progress,
+                  devices=args.devices, progress=_progress(args),
                   ranks=args.ranks, seeds=args.seeds)
     if args.ensemble is not None:  # otherwise the recipe's default
         kwargs["ensemble"] = args.ensemble
@@ -405,14 +467,14 @@ def _docs_artifacts(args):
         with recorded_command(args.command_line):
             res = run_experiment(art["experiment"], quick=art["quick"], out=where,
                                  n_jobs=args.n_jobs, devices=args.devices,
-                                 progress=not args.no_progress)
+                                 progress=_progress(args))
         _print_result(name, res, where)
         ok &= all(res.checks.values())
     return _done(t0, ok)
 
 
-_COMMANDS = {"reproduce": _reproduce, "certify": _certificate_command,
-             "verify": _certificate_command}
+_COMMANDS = {"reproduce": _reproduce, "certify": _certify_command,
+             "verify": _verify_command}
 
 
 # -- faults: one line on standard error, an exit status, no traceback ---------------------

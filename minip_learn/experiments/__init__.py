@@ -40,16 +40,7 @@ folder holds ``provenance.json``: library version, git commit, command
 ``minip-learn reproduce docs-artifacts`` regenerates.
 """
 
-from . import beyond, exact, length, maps, mixers, ood, scaling, witness
-from ._shared import markdown_table, recorded_command
-from .beyond import beyond_experiment
-from .exact import exact_checks, exact_experiment
-from .length import length_experiment
-from .maps import maps_experiment
-from .mixers import mixers_experiment
-from .ood import ood_experiment
-from .scaling import growth_fit, scaling_checks, scaling_experiment
-from .witness import witness_experiment
+import importlib
 
 __all__ = [
     "DOCS_ARTIFACTS",
@@ -70,12 +61,6 @@ __all__ = [
     "scaling_experiment",
     "witness_experiment",
 ]
-
-#: The recipes' grids and training settings: ``SETTINGS[experiment]["quick"|"full"]``
-#: (the ``SETTINGS`` of each recipe module).
-SETTINGS = {"witness": witness.SETTINGS, "length": length.SETTINGS, "ood": ood.SETTINGS,
-            "beyond": beyond.SETTINGS, "maps": maps.SETTINGS, "scaling": scaling.SETTINGS,
-            "exact": exact.SETTINGS, "mixers": mixers.SETTINGS}
 
 #: Names accepted by :func:`run_experiment` (and ``minip-learn reproduce``).
 EXPERIMENTS = ("witness", "length", "ood", "beyond", "maps", "scaling", "exact", "mixers")
@@ -98,6 +83,47 @@ DOCS_ARTIFACTS = {
                           minutes=1),
     "scaling": dict(experiment="scaling", quick=False, folder="scaling", minutes=10),
 }
+
+
+#: The recipe modules, imported on first use (PEP 562): the command line reads
+#: :data:`EXPERIMENTS` and :data:`DOCS_ARTIFACTS` without importing torch.
+_LAZY = {
+    "beyond_experiment": "beyond",
+    "exact_checks": "exact",
+    "exact_experiment": "exact",
+    "growth_fit": "scaling",
+    "length_experiment": "length",
+    "maps_experiment": "maps",
+    "markdown_table": "_shared",
+    "mixers_experiment": "mixers",
+    "ood_experiment": "ood",
+    "recorded_command": "_shared",
+    "scaling_checks": "scaling",
+    "scaling_experiment": "scaling",
+    "witness_experiment": "witness",
+}
+
+
+def _recipe(name):
+    return importlib.import_module(f".{name}", __name__)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(_recipe(_LAZY[name]), name)
+    elif name in EXPERIMENTS:
+        value = _recipe(name)
+    elif name == "SETTINGS":
+        # the recipes' grids: SETTINGS[experiment]["quick" | "full"], each recipe's own
+        value = {recipe: _recipe(recipe).SETTINGS for recipe in EXPERIMENTS}
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted({*globals(), *__all__, *EXPERIMENTS})
 
 
 def run_experiment(name, **kwargs):
@@ -123,10 +149,6 @@ def run_experiment(name, **kwargs):
     >>> res.checks
     {'seq_len_1_solved_at_rank_1': True}
     """
-    funcs = {"witness": witness_experiment, "length": length_experiment,
-             "ood": ood_experiment, "beyond": beyond_experiment,
-             "maps": maps_experiment, "scaling": scaling_experiment,
-             "exact": exact_experiment, "mixers": mixers_experiment}
-    if name not in funcs:
-        raise ValueError(f"unknown experiment {name!r}; choose from {list(funcs)}.")
-    return funcs[name](**kwargs)
+    if name not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {name!r}; choose from {list(EXPERIMENTS)}.")
+    return getattr(_recipe(name), f"{name}_experiment")(**kwargs)
