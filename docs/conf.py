@@ -5,7 +5,9 @@ Build (offline, warnings are errors, examples executed)::
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 ``MINIP_EXAMPLES_FAST=1`` in the environment shrinks every example's grid (what the
-test suite uses); without it the gallery runs each example's small default.
+test suite uses); without it the gallery runs each example's small default. With
+``-D plot_gallery=0`` (sphinx-gallery's switch) the examples are not executed: a quick
+check of the pages.
 """
 
 import os
@@ -30,6 +32,7 @@ extensions = [
     "sphinx.ext.autosummary",
     "numpydoc",
     "sphinx_gallery.gen_gallery",
+    "sphinx_copybutton",
 ]
 
 templates_path = ["_templates"]
@@ -67,6 +70,15 @@ sphinx_gallery_conf = {
     "min_reported_time": 0,
     "write_computation_times": False,  # that page loads CSS/JS from CDNs
 }
+
+# -- sphinx-copybutton ----------------------------------------------------------------
+# The copy button of a code block copies what to paste: the prompts of doctest and
+# shell lines (">>> ", "... ", "$ ") are removed and, in a block that has prompts, only
+# the prompted lines are copied (the output lines are left out). A block without
+# prompts is copied whole.
+copybutton_prompt_text = r">>> |\.\.\. |\$ "
+copybutton_prompt_is_regexp = True
+copybutton_only_copy_prompt_lines = True
 
 # -- HTML -----------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"

@@ -11,6 +11,7 @@ import numpy as np
 from sklearn.utils import Bunch, check_random_state
 
 from .. import compact
+from .._progress import stages
 from .._validation import check_int, distinct_tokens
 from ..compact import CompactFamily
 from ..theory import (
@@ -181,6 +182,7 @@ def make_witness_suite(
     query="all",
     orders="fixed",
     random_state=None,
+    progress=False,
 ):
     """Load a witness suite: Min-IP sequences that force a large kernel rank (:ref:`theory-r6`).
 
@@ -262,6 +264,10 @@ def make_witness_suite(
         None gives the canonical family (the first words, sequences in construction
         order). Otherwise the code words are shuffled before the first ones are taken
         and the sequences are returned in random order.
+    progress : bool, default=False
+        Show a :mod:`tqdm` bar naming each stage (design, family, certify) as it runs:
+        large families (the exact ``m = 16`` family, millions of sequences) take
+        seconds to minutes.
 
     Returns
     -------
@@ -314,24 +320,28 @@ def make_witness_suite(
         n_bits, seq_len, construction, max_sequences, n_queries, ladder_gap, random_state)
     query = check_query(query)
     orders = _check_orders(orders, query)
-    if construction == "exact":
-        return _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state,
-                            query, orders)
-    seq_len = 3 if seq_len is None else seq_len
-    # the candidate designs are not kept: the other codes' matrices can be large
-    design_bound, d, n = _choose_design(
-        _candidate_designs(n_bits, seq_len, construction, max_sequences, ladder_gap, rng),
-        construction, n_bits, seq_len, max_sequences, n_queries)
-    words = d.words[:n]
-    steps = d.steps[:n, :n]
-    if orders == "all":
-        _check_materializable(d.size(n), seq_len, n_bits)
-    family = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps,
-                            compact=True)
-    family = _query_last(family) if query == "last" else family
-    family, X = _ordered(family, orders, rng)
-    rank, cert = certify(family if X is None else X, query=query,
-                         positional=orders == "all", return_certificate=True)
+    with stages("witness suite", ("design", "family", "certify"), progress) as bar:
+        if construction == "exact":
+            return _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state,
+                                query, orders, bar)
+        bar.start("design")
+        seq_len = 3 if seq_len is None else seq_len
+        # the candidate designs are not kept: the other codes' matrices can be large
+        design_bound, d, n = _choose_design(
+            _candidate_designs(n_bits, seq_len, construction, max_sequences, ladder_gap, rng),
+            construction, n_bits, seq_len, max_sequences, n_queries)
+        words = d.words[:n]
+        steps = d.steps[:n, :n]
+        if orders == "all":
+            _check_materializable(d.size(n), seq_len, n_bits)
+        bar.start("family")
+        family = witness_family(words, seq_len, ladder_gap=d.ladder_gap, steps=steps,
+                                compact=True)
+        family = _query_last(family) if query == "last" else family
+        family, X = _ordered(family, orders, rng)
+        bar.start("certify")
+        rank, cert = certify(family if X is None else X, query=query,
+                             positional=orders == "all", return_certificate=True)
     params = dict(
         n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
         n_queries=int(n), ladder_gap=d.ladder_gap,
@@ -569,11 +579,13 @@ def _suite_bunch(family, name, code_desc, min_distance, words, rank, cert, desig
     )
 
 
-def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, query="all",
-                 orders="fixed"):
+def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, query, orders,
+                 bar):
     """The witness suite of ``construction="exact"`` (:ref:`theory-r9`); with
     ``query="last"`` every query's R4 sequences are listed (``unique=False``), each
-    with its query last."""
+    with its query last. ``bar``: the :class:`~minip_learn._progress.Stages` of the
+    build."""
+    bar.start("design")
     if n_bits % 2:
         raise ValueError(f'construction="exact" needs an even n_bits (words of weight '
                          f"n_bits/2 with their complements); got n_bits={n_bits}.")
@@ -601,12 +613,14 @@ def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, q
     N = exact_len if seq_len is None else seq_len
     if orders == "all":
         _check_materializable(size, N, n_bits)
+    bar.start("family")
     tokens, inv = distinct_tokens(words, return_inverse=True)     # np.unique order
     ids, counts = exact_family(words, N, unique=unique)
     ids = np.where(ids >= 0, inv.astype(ids.dtype)[np.maximum(ids, 0)], -1).astype(ids.dtype)
     family = CompactFamily(tokens, ids, counts)
     family = _query_last(family) if query == "last" else family
     family, X = _ordered(family, orders, rng)
+    bar.start("certify")
     rank, cert = certify(family if X is None else X, query=query,
                          positional=orders == "all", return_certificate=True)
     # the design: strictly diagonally dominant from exact_seq_len on, else R5 on the

@@ -45,7 +45,7 @@ _QUICK = dict(
     kernel=dict(feature_map="table", max_epochs=2, stop_tolerance=0.5, split_every=None),
     # the R3 head is verified on every sequence of families up to this size, on a seeded
     # uniform sample of solver_sample sequences of larger ones (compact slices; at m = 20
-    # one feature per word is 8,164 features: about 5 ms per sequence on 2 cores)
+    # one feature per word is 8,164 features)
     verify_max_sequences=10**6,
     solver_sample=4096,
     # the sweep gets the CompactFamily and per-slot targets (else X, y: <= 256 MiB)

@@ -52,11 +52,11 @@ SETTINGS = {
     # the paper's witness bound at m = 24
     # (``construction="small"``, certified rank 8) in its fixed order and in every order
     # of its keys, where the bound also covers position-dependent maps; the Hadamard
-    # family R6 at m = 24 (4,186 sequences of length 3, certified rank 17; one seed,
-    # about 40 s a fit, 2 minutes for mamba). The whole exact m = 12 family in
-    # final-query form (12,720 sequences of length 53, exact rank 80) is
-    # ``dict(n_bits=12, construction="exact", max_sequences=None)``: about 17 s an
-    # epoch for "kernel" or "deltanet" at state 80 on one CPU thread, hours a fit.
+    # family R6 at m = 24 (4,186 sequences of length 3, certified rank 17; one seed).
+    # The whole exact m = 12 family in final-query form (12,720 sequences of length 53,
+    # exact rank 80) is ``dict(n_bits=12, construction="exact", max_sequences=10**5)``
+    # (the default max_sequences=5000 keeps 4,950 sequences over 50 words); what its
+    # fits cost is on docs/performance.rst.
     "full": dict(
         families=(
             dict(n_bits=8, construction="exact"),
