@@ -13,8 +13,10 @@ import scipy.sparse as sp
 from sklearn.exceptions import DataConversionWarning
 
 __all__ = [
+    "MAX_SEQ_LEN",
     "InputTypeError",
     "check_binary",
+    "check_family",
     "check_device",
     "check_float",
     "check_int",
@@ -27,6 +29,13 @@ __all__ = [
     "check_targets",
     "distinct_tokens",
 ]
+
+
+#: the longest sequence a Min-IP family may hold (2**20 tokens): the certificates code
+#: the multiplicities of a sequence's three slots as one 64-bit integer below
+#: ``(seq_len + 1) ** 3``, and a compact family's length and counts stay far from
+#: integer overflow
+MAX_SEQ_LEN = 1 << 20
 
 
 class InputTypeError(TypeError, ValueError):
@@ -140,6 +149,57 @@ def check_sequences(X, *, name="X", allow_2d=False, binary=False):
     if binary:
         check_binary(arr, name=name)
     return arr, was_2d
+
+
+def check_family(X, *, name="X", integer=False):
+    """Validate a Min-IP family held as an array (what certificates are made of).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, seq_len, n_bits)
+        The sequences: no zero dimension, ``seq_len <= MAX_SEQ_LEN``, every entry 0
+        or 1, of a real dtype (bool, integer or float; numbers in an object array are
+        read as floats). Complex, string, structured and non-numeric object arrays
+        are refused.
+    name : str, default="X"
+        Name used in error messages.
+    integer : bool, default=False
+        Require a bool or integer dtype (float 0/1 refused too): the rule for
+        families read from files.
+
+    Returns
+    -------
+    X3 : ndarray of shape (n_samples, seq_len, n_bits)
+        The validated array (``X`` itself when it is an ndarray of a real dtype).
+
+    Raises
+    ------
+    ValueError
+        Naming ``name`` and the first rule broken.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> check_family(np.ones((2, 3, 4), dtype=np.uint8)).shape
+    (2, 3, 4)
+    >>> check_family(np.ones((2, 3, 4)), integer=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: X must hold bool or integer 0/1 tokens; got dtype float64.
+    """
+    if integer:
+        dtype = getattr(X, "dtype", None)
+        if dtype is None:
+            dtype = np.asarray(X).dtype
+        if dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in "biu":
+            raise ValueError(f"{name} must hold bool or integer 0/1 tokens; got dtype {dtype}.")
+    arr, _ = check_sequences(X, name=name, binary=True)
+    if arr.shape[1] > MAX_SEQ_LEN:
+        raise ValueError(
+            f"{name} has seq_len={arr.shape[1]}, above the longest sequence length "
+            f"MAX_SEQ_LEN = {MAX_SEQ_LEN}."
+        )
+    return arr
 
 
 def check_binary(arr, *, name="X"):

@@ -17,24 +17,53 @@ slices with :meth:`CompactFamily.iter_sequences`). The order of the slots is the
 of the tokens in a materialised sequence (slot 0 first, each repeated ``count`` times).
 Every per-token result on a compact family (targets, predictions) has shape
 ``(n_sequences, k)``, aligned with ``token_ids``, and holds 0 at padding.
+
+:meth:`CompactFamily.save` writes a family to an ``.npz`` file and :func:`load_family`
+reads it back (or an ``.npy`` array of sequences). Family files are untrusted input:
+the loader checks every declared size against the file and :data:`MAX_FAMILY_BYTES`
+before it allocates, never unpickles, and refuses anything but a valid family with a
+:class:`ValueError` naming the file. Sequence lengths are at most :data:`MAX_SEQ_LEN`.
 """
 
+import ast
+import math
 import numbers
+import os
+import struct
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-from ._validation import check_binary, check_int, check_sequences, distinct_tokens
+from ._validation import (
+    MAX_SEQ_LEN,
+    check_binary,
+    check_family,
+    check_int,
+    check_sequences,
+    distinct_tokens,
+)
 
-__all__ = ["MATERIALIZE_MAX_BYTES", "CompactFamily", "index_dtype", "is_compact",
-           "load_family", "merge_slots",
-           "smallest_int_dtype", "overlap_words", "pack_tokens", "token_ids"]
+__all__ = ["MATERIALIZE_MAX_BYTES", "MAX_FAMILY_BYTES", "MAX_SEQ_LEN", "NPZ_FORMAT",
+           "NPZ_VERSION", "CompactFamily", "index_dtype", "is_compact", "load_family",
+           "merge_slots", "smallest_int_dtype", "overlap_words", "pack_tokens",
+           "token_ids"]
 
 #: the witness suites materialise ``X`` only when it takes at most this many bytes
 MATERIALIZE_MAX_BYTES = 1 << 28
 
-#: file format marker of :meth:`CompactFamily.save`
+#: file format marker of :meth:`CompactFamily.save` (the ``format`` array of the file)
 NPZ_FORMAT = "minip-learn compact family"
+
+#: version of the compact file format (the ``version`` array of the file; a file
+#: without one is version 1)
+NPZ_VERSION = 1
+
+#: the most bytes of array data a family file may declare (8 GiB; all arrays of the
+#: file together, as stored, before any conversion). :func:`load_family` refuses a
+#: larger file before it allocates anything; raise it to read a larger family.
+MAX_FAMILY_BYTES = 1 << 33
 
 
 #: sequences per slice of :meth:`CompactFamily.targets`
@@ -54,7 +83,7 @@ def _integer_array(a, name, ndim):
     arr = np.asarray(a)
     if arr.dtype == bool or arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and arr.size and np.isfinite(arr).all() \
-                and (arr == np.round(arr)).all():
+                and (arr == np.round(arr)).all() and (np.abs(arr) <= 2.0**53).all():
             arr = arr.astype(np.int64)
         else:
             raise ValueError(f"{name} must hold integers; got dtype {arr.dtype}.")
@@ -75,14 +104,15 @@ class CompactFamily:
         per sequence (its multiplicity is in ``counts``).
     counts : array-like of shape (n_sequences, k)
         Multiplicities: ``>= 1`` where ``token_ids >= 0``, 0 at padding; every row sums
-        to the same sequence length.
+        to the same sequence length, at most :data:`MAX_SEQ_LEN`.
 
     Raises
     ------
     ValueError
         Naming the problem: tokens not 2-D 0/1 or repeated, ids out of range,
-        negative counts, counts that do not sum to the same length, padding with a
-        count, a token twice in a sequence, mismatched shapes.
+        negative counts, counts that do not sum to the same length, a length (or a
+        count, or a number of slots) above :data:`MAX_SEQ_LEN`, padding with a count,
+        a token twice in a sequence, mismatched shapes.
 
     Attributes
     ----------
@@ -140,6 +170,15 @@ class CompactFamily:
         if int(cnt.min()) < 0:
             r = int(np.argwhere(cnt < 0)[0, 0])
             raise ValueError(f"counts holds a negative multiplicity (sequence {r}).")
+        # every count and the number of slots at most MAX_SEQ_LEN: the row sums below
+        # stay under 2**40 and cannot wrap around in int64
+        if int(cnt.max()) > MAX_SEQ_LEN:
+            r = int(np.argwhere(cnt > MAX_SEQ_LEN)[0, 0])
+            raise ValueError(f"counts holds {int(cnt.max())} (sequence {r}), above the "
+                             f"longest sequence length MAX_SEQ_LEN = {MAX_SEQ_LEN}.")
+        if ids.shape[1] > MAX_SEQ_LEN:
+            raise ValueError(f"token_ids has {ids.shape[1]} slots per sequence, more than "
+                             f"the longest sequence length MAX_SEQ_LEN = {MAX_SEQ_LEN}.")
         pad = ids < 0
         if (cnt[pad] != 0).any() or (cnt[~pad] < 1).any():
             r = int(np.argwhere((pad & (cnt != 0)) | (~pad & (cnt < 1)))[0, 0])
@@ -161,6 +200,9 @@ class CompactFamily:
                              f"row 0 sums to {N}, row {r} to {int(lengths[r])}.")
         if N < 1:
             raise ValueError("every sequence needs at least one token (counts sum to 0).")
+        if N > MAX_SEQ_LEN:
+            raise ValueError(f"counts sum to the sequence length {N}, above the longest "
+                             f"sequence length MAX_SEQ_LEN = {MAX_SEQ_LEN}.")
         ids = ids.astype(smallest_int_dtype(T - 1, -1), copy=False)
         cnt = cnt.astype(smallest_int_dtype(N), copy=False)
         return ids, cnt, N
@@ -336,11 +378,18 @@ class CompactFamily:
 
     # -- files ------------------------------------------------------------------------
     def save(self, path):
-        """Write the family to ``path`` (``.npz``), readable by :func:`load_family`."""
+        """Write the family to ``path`` (``.npz``), readable by :func:`load_family`.
+
+        The file is a compressed ``.npz`` archive holding the arrays ``format``
+        (:data:`NPZ_FORMAT`), ``version`` (:data:`NPZ_VERSION`), ``tokens``,
+        ``token_ids`` and ``counts``, and nothing else.
+        """
         path = Path(path)
         with open(path, "wb") as fh:
-            np.savez_compressed(fh, format=np.array(NPZ_FORMAT), tokens=self.tokens,
-                                token_ids=self.token_ids, counts=self.counts)
+            np.savez_compressed(fh, format=np.array(NPZ_FORMAT),
+                                version=np.array(NPZ_VERSION, dtype=np.int64),
+                                tokens=self.tokens, token_ids=self.token_ids,
+                                counts=self.counts)
         return path
 
 
@@ -372,36 +421,289 @@ def is_compact(X):
     return isinstance(X, CompactFamily)
 
 
+class _Refused(Exception):
+    """A problem of a family file; :func:`load_family` turns it into a ValueError that
+    names the file."""
+
+
+#: the first bytes of an ``.npy`` file and of a zip archive (``.npz``; the second is an
+#: empty archive)
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+#: the longest ``.npy`` header read (numpy's own bound)
+_NPY_MAX_HEADER = 10000
+#: the most bytes deflate produces per compressed byte (plus a small allowance)
+_DEFLATE_MAX_RATIO = 1032
+_READ_CHUNK = 1 << 24
+#: the arrays of a compact family file: all required but ``version``
+_NPZ_ARRAYS = ("format", "version", "tokens", "token_ids", "counts")
+_NPZ_REQUIRED = ("format", "tokens", "token_ids", "counts")
+#: what the zip layer raises for a corrupt or truncated archive
+_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
+               struct.error, NotImplementedError, ValueError, OverflowError)
+
+
+def _one_line(text, limit=200):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def load_family(path):
     """A family from a file: a compact ``.npz`` or an ``.npy`` array of sequences.
 
-    Returns a :class:`CompactFamily` for ``.npz`` files (``tokens``, ``token_ids``,
-    ``counts``) and the array for ``.npy`` files; a :class:`ValueError` naming the file
-    for anything else.
+    Every size is checked against the file before anything is allocated, and nothing
+    is unpickled. The rules:
+
+    * ``.npy`` (any name; recognised by its first bytes): format version 1.0 or 2.0, a
+      header of at most 10,000 bytes, a 3-D array ``(n_samples, seq_len, n_bits)``
+      with no zero dimension, ``seq_len <= MAX_SEQ_LEN``, a bool or integer dtype
+      (not float, complex, object, string or structured) holding only 0 and 1, and a
+      body of exactly the declared size (no bytes after it), at most
+      :data:`MAX_FAMILY_BYTES`.
+    * ``.npz`` (a zip archive, as :meth:`CompactFamily.save` writes it): the members
+      ``format.npy``, ``tokens.npy``, ``token_ids.npy`` and ``counts.npy``, optionally
+      ``version.npy``, and no other member (nor one twice); stored or deflated, not
+      encrypted; declared sizes that deflate can produce from the compressed sizes
+      and that add up to at most :data:`MAX_FAMILY_BYTES`. Each member is an ``.npy``
+      of exactly its declared size: ``format`` a 0-d string equal to
+      :data:`NPZ_FORMAT`; ``version`` a 0-d integer equal to :data:`NPZ_VERSION`
+      (absent: version 1); ``tokens`` 2-D bool or integer; ``token_ids`` and
+      ``counts`` 2-D integer. The arrays must make a valid :class:`CompactFamily`
+      (0/1 distinct tokens, ids in range, counts summing to one length
+      ``<= MAX_SEQ_LEN`` in every row).
+
+    Parameters
+    ----------
+    path : str or path-like
+        The file. It is only read.
+
+    Returns
+    -------
+    family : ndarray of shape (n_samples, seq_len, n_bits) or CompactFamily
+        The array of an ``.npy`` file (its dtype, in native byte order), or the
+        :class:`CompactFamily` of an ``.npz`` file.
+
+    Raises
+    ------
+    ValueError
+        One line, ``"<path>: <problem>"``, for a file that cannot be read, is neither
+        format, breaks a rule above, or is corrupt or cut short.
+
+    Examples
+    --------
+    >>> import numpy as np, tempfile, pathlib
+    >>> from minip_learn.compact import CompactFamily, load_family
+    >>> fam = CompactFamily([[1, 1, 0], [0, 0, 1]], [[0, 1], [1, -1]], [[1, 2], [3, 0]])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = fam.save(pathlib.Path(tmp) / "family.npz")
+    ...     load_family(path) == fam
+    True
     """
     path = Path(path)
+    where = str(path) if str(path).isprintable() else ascii(str(path))
     try:
         with open(path, "rb") as fh:
-            data = np.load(fh, allow_pickle=False)
-            if isinstance(data, np.ndarray):
-                return data
-            with data:
-                missing = [k for k in ("tokens", "token_ids", "counts") if k not in data]
-                if missing:
-                    raise ValueError(f"{path} is an .npz file without {', '.join(missing)}; "
-                                     "a compact family holds tokens, token_ids and counts.")
-                arrays = {k: data[k] for k in ("tokens", "token_ids", "counts")}
-    except (OSError, EOFError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
+            head = fh.read(8)
+            fh.seek(0)
+            if head.startswith(_NPY_MAGIC):
+                return _load_npy(fh)
+            if head[:4] in _ZIP_MAGICS:
+                return _load_npz(fh)
+            raise _Refused(f"not a .npy array or an .npz compact family (it starts with "
+                           f"{head!r}).")
+    except _Refused as exc:
+        raise ValueError(f"{where}: {_one_line(exc, 400)}") from None
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot read it ({_one_line(exc)}).") from None
+
+
+def _read_exact(fh, n, what):
+    data = fh.read(n)
+    if len(data) != n:
+        raise _Refused(f"it ends inside {what} (cut short).")
+    return data
+
+
+def _read_header(fh, what):
+    """Shape, dtype, Fortran order and length of the ``.npy`` header at ``fh``."""
+    magic = _read_exact(fh, 8, f"the .npy magic string of {what}")
+    if not magic.startswith(_NPY_MAGIC):
+        raise _Refused(f"{what} is not a .npy array (bad magic string).")
+    version = (magic[6], magic[7])
+    if version not in ((1, 0), (2, 0)):
+        raise _Refused(f"{what} is a .npy array of format version {version[0]}."
+                       f"{version[1]}; versions 1.0 and 2.0 are read.")
+    fmt = "<H" if version == (1, 0) else "<I"
+    size = struct.calcsize(fmt)
+    length = struct.unpack(fmt, _read_exact(fh, size, f"the .npy header of {what}"))[0]
+    if length > _NPY_MAX_HEADER:
+        raise _Refused(f"{what} declares a .npy header of {length} bytes, more than "
+                       f"{_NPY_MAX_HEADER}.")
+    text = _read_exact(fh, length, f"the .npy header of {what}").decode("latin1")
+    try:
+        header = ast.literal_eval(text)
+    except Exception:  # any failure of parsing untrusted text: refused
+        header = None
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise _Refused(f"{what} has an unreadable .npy header {_one_line(repr(text), 80)} "
+                       "(expected a dict with keys descr, fortran_order and shape).")
+    shape, fortran = header["shape"], header["fortran_order"]
+    if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
+        raise _Refused(f"{what} declares the shape {_one_line(repr(shape), 80)} "
+                       "(expected a tuple of integers >= 0).")
+    if not isinstance(fortran, bool):
+        raise _Refused(f"{what} declares fortran_order={_one_line(repr(fortran), 80)} "
+                       "(expected True or False).")
+    try:
+        dtype = np.lib.format.descr_to_dtype(header["descr"])
+    except Exception:  # any failure of parsing an untrusted dtype: refused
+        raise _Refused(f"{what} declares the unknown dtype "
+                       f"{_one_line(repr(header['descr']), 80)}.") from None
+    return shape, dtype, fortran, 8 + size + length
+
+
+def _check_dtype(dtype, what, kinds, expected):
+    if dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in kinds:
+        kind = "structured " if dtype.fields is not None or dtype.subdtype is not None \
+            else ""
+        raise _Refused(f"{what} has the {kind}dtype {_one_line(dtype, 80)}; expected "
+                       f"{expected}.")
+
+
+def _read_body(fh, shape, dtype, fortran, what):
+    """The array body of declared (and checked) ``shape`` and ``dtype`` at ``fh``."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    try:
+        buf = np.empty(nbytes, dtype=np.uint8)
+    except MemoryError:
+        raise _Refused(f"{what} takes {nbytes} bytes, more than this machine can "
+                       "allocate.") from None
+    view, pos = memoryview(buf), 0
+    while pos < nbytes:
+        n = fh.readinto(view[pos:pos + _READ_CHUNK])
+        if not n:
+            raise _Refused(f"{what} ends after {pos} of its {nbytes} bytes (cut short).")
+        pos += n
+    del view
+    if fh.read(1):
+        raise _Refused(f"{what} has bytes after its {nbytes} bytes of data.")
+    if dtype.kind == "b" and nbytes and buf.max() > 1:
+        raise _Refused(f"{what} is a bool array holding bytes other than 0 and 1.")
+    arr = buf.view(dtype).reshape(shape, order="F" if fortran else "C")
+    if not dtype.isnative:
+        try:
+            arr = arr.astype(dtype.newbyteorder("="))
+        except MemoryError:
+            raise _Refused(f"{what} takes {nbytes} bytes, more than this machine can "
+                           "convert to native byte order.") from None
+    return arr
+
+
+def _check_nbytes(shape, dtype, held, what):
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes != held:
+        raise _Refused(f"{what} declares {nbytes} bytes of data (shape {shape}, dtype "
+                       f"{dtype}) but holds {held}.")
+    if nbytes > MAX_FAMILY_BYTES:
+        raise _Refused(f"{what} declares {nbytes} bytes of data, above MAX_FAMILY_BYTES = "
+                       f"{MAX_FAMILY_BYTES}.")
+
+
+def _load_npy(fh):
+    what = "the array"
+    shape, dtype, fortran, offset = _read_header(fh, what)
+    if len(shape) != 3 or 0 in shape:
+        raise _Refused(f"a family is a non-empty array of shape (n_samples, seq_len, "
+                       f"n_bits) of 0/1 tokens; got shape {shape}, dtype "
+                       f"{_one_line(dtype, 80)}.")
+    _check_dtype(dtype, what, "biu", "bool or integer 0/1 tokens")
+    if shape[1] > MAX_SEQ_LEN:
+        raise _Refused(f"the array has seq_len={shape[1]}, above MAX_SEQ_LEN = "
+                       f"{MAX_SEQ_LEN}.")
+    _check_nbytes(shape, dtype, os.fstat(fh.fileno()).st_size - offset, what)
+    arr = _read_body(fh, shape, dtype, fortran, what)
+    try:
+        return check_family(arr, name=what, integer=True)
     except ValueError as exc:
-        if str(path) in str(exc):
-            raise
-        raise ValueError(f"{path} is not a .npy array or an .npz compact family "
-                         f"({exc}).") from None
+        raise _Refused(str(exc)) from None
+
+
+def _load_npz(fh):
+    try:
+        with zipfile.ZipFile(fh) as zf:
+            return _read_members(zf)
+    except _Refused:
+        raise
+    except _ZIP_ERRORS as exc:
+        raise _Refused(f"a corrupt or truncated .npz archive ({type(exc).__name__}: "
+                       f"{_one_line(exc)}).") from None
+
+
+def _read_members(zf):
+    infos = zf.infolist()
+    names = [info.filename for info in infos]
+    missing = [k for k in _NPZ_REQUIRED if f"{k}.npy" not in names]
+    if missing:
+        raise _Refused(f"an .npz file without {', '.join(missing)}; a compact family holds "
+                       "format, tokens, token_ids and counts (and optionally version).")
+    unknown = [n for n in names if n not in [f"{k}.npy" for k in _NPZ_ARRAYS]]
+    if unknown:
+        shown = ", ".join(_one_line(repr(n), 40) for n in unknown[:5])
+        raise _Refused(f"unknown array(s) {shown}"
+                       f"{' and more' if len(unknown) > 5 else ''}; a compact family holds "
+                       "only format, version, tokens, token_ids and counts.")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise _Refused(f"the archive holds {', '.join(twice)} more than once.")
+    by_key = {info.filename[:-4]: info for info in infos}
+    for key, info in by_key.items():
+        what = f"array {key}"
+        if info.flag_bits & 0x1:
+            raise _Refused(f"{what} is encrypted.")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise _Refused(f"{what} uses zip compression method {info.compress_type}; "
+                           "expected stored or deflated.")
+        most = info.compress_size if info.compress_type == zipfile.ZIP_STORED else \
+            _DEFLATE_MAX_RATIO * info.compress_size + 1024
+        if info.file_size > most:
+            raise _Refused(f"{what} declares {info.file_size} bytes from "
+                           f"{info.compress_size} stored bytes (a corrupt archive).")
+    total = sum(info.file_size for info in infos)
+    if total > MAX_FAMILY_BYTES:
+        raise _Refused(f"its arrays declare {total} bytes, above MAX_FAMILY_BYTES = "
+                       f"{MAX_FAMILY_BYTES}.")
+    marker = _read_member(zf, by_key["format"], "U", 0, "a string")
+    # compared as code points: the file's may be no characters at all
+    codes = np.trim_zeros(np.frombuffer(marker.tobytes(), dtype=np.uint32), "b").tolist()
+    if codes != [ord(c) for c in NPZ_FORMAT]:
+        text = "".join(chr(c) if c < 0x110000 else "\ufffd" for c in codes[:60])
+        raise _Refused(f"its format marker is {_one_line(repr(text), 80)}, not "
+                       f"{NPZ_FORMAT!r}: not a compact family file.")
+    if "version" in by_key:
+        version = int(_read_member(zf, by_key["version"], "iu", 0, "an integer"))
+        if version != NPZ_VERSION:
+            raise _Refused(f"compact family format version {version}; this version of "
+                           f"minip-learn reads version {NPZ_VERSION}.")
+    arrays = dict(
+        tokens=_read_member(zf, by_key["tokens"], "biu", 2, "bool or integer 0/1 tokens"),
+        token_ids=_read_member(zf, by_key["token_ids"], "iu", 2, "integers"),
+        counts=_read_member(zf, by_key["counts"], "iu", 2, "integers"))
     try:
         return CompactFamily(**arrays)
     except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+        raise _Refused(str(exc)) from None
+
+
+def _read_member(zf, info, kinds, ndim, expected):
+    what = f"array {info.filename[:-4]}"
+    with zf.open(info) as member:
+        shape, dtype, fortran, offset = _read_header(member, what)
+        _check_dtype(dtype, what, kinds, expected)
+        if len(shape) != ndim:
+            raise _Refused(f"{what} must be {ndim}-D; got shape {shape}.")
+        _check_nbytes(shape, dtype, info.file_size - offset, what)
+        return _read_body(member, shape, dtype, fortran, what)
+
 
 
 def pack_tokens(tokens):

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.model_selection import KFold
 
-from minip_learn.compact import CompactFamily, load_family, merge_slots
+from minip_learn.compact import NPZ_FORMAT, CompactFamily, load_family, merge_slots
 from minip_learn.datasets import make_witness_suite, minip_targets
 from minip_learn.theory import certify, hadamard_code, verify_certificate, witness_family
 
@@ -166,11 +166,15 @@ def test_bad_compact_input_is_a_value_error_naming_it(tokens, ids, counts, match
 
 def test_bad_family_files_name_the_file(tmp_path):
     good = make_witness_suite(construction="small").family
-    np.savez(tmp_path / "ids.npz", tokens=good.tokens, token_ids=good.token_ids.astype(int) + 999,
+    np.savez(tmp_path / "ids.npz", format=NPZ_FORMAT, tokens=good.tokens,
+             token_ids=good.token_ids.astype(int) + 999, counts=good.counts)
+    np.savez(tmp_path / "missing.npz", format=NPZ_FORMAT, tokens=good.tokens,
+             token_ids=good.token_ids)
+    np.savez(tmp_path / "unmarked.npz", tokens=good.tokens, token_ids=good.token_ids,
              counts=good.counts)
-    np.savez(tmp_path / "missing.npz", tokens=good.tokens, token_ids=good.token_ids)
     (tmp_path / "text.npz").write_text("hello")
     for name, match in [("ids.npz", "outside"), ("missing.npz", "without counts"),
+                        ("unmarked.npz", "without format"),
                         ("text.npz", "not a .npy array or an .npz"),
                         ("none.npz", "cannot read")]:
         with pytest.raises(ValueError, match=match) as info:

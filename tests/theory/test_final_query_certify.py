@@ -191,5 +191,5 @@ def test_cli_positional(tmp_path, capsys):
     assert main(["verify", str(fam), str(cert_file)]) == 1
     assert "every order" in capsys.readouterr().out
     # positional needs query last: a message, no traceback
-    assert main(["certify", str(fam), "--positional"]) == 2
+    assert main(["certify", str(fam), "--positional", "--force"]) == 2
     assert 'needs query="last"' in capsys.readouterr().err
