@@ -14,6 +14,7 @@ from minip_learn import KernelAttentionRegressor, SequenceMixerRegressor, Softma
 from minip_learn.cli import main
 from minip_learn.datasets import make_witness_suite
 from minip_learn.model_selection import rank_sweep
+from minip_learn.nn import available_mixers
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -50,8 +51,7 @@ def test_head_fitted_on_cuda_predicts_as_on_cpu(make, small):
     assert np.isfinite(y).all() and y.std() > 1e-3
 
 
-@pytest.mark.parametrize("mixer", ["kernel", "retnet", "positional", "linear", "gla",
-                                   "deltanet", "mamba", "softmax"])
+@pytest.mark.parametrize("mixer", available_mixers())
 def test_mixer_fitted_on_cuda_predicts_as_on_cpu(mixer, final):
     est = SequenceMixerRegressor(mixer=mixer, state_size=14, max_epochs=20, device="cuda",
                                  random_state=0).fit(final.X, final.y)

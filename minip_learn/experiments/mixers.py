@@ -1,8 +1,7 @@
 """The mixers recipe: a state-size leaderboard of sequence mixers on final-query Min-IP.
 
-Every registered mixer (:func:`~minip_learn.nn.available_mixers`: causal normalised
-kernel attention, with RetNet-style decay or learned positional weights, unnormalised
-linear attention, GLA, DeltaNet, a Mamba-style selective SSM and causal softmax) is trained as a
+Every registered mixer (:func:`~minip_learn.nn.available_mixers`, read when the recipe
+runs: a mixer registered by a user's module is trained too) is trained as a
 :class:`~minip_learn.SequenceMixerRegressor` over a grid of state sizes and seeds on
 witness families in final-query form (the query token last, one target per sequence),
 whose minimum rank for a normalised nonnegative kernel head is certified (and, for the

@@ -11,21 +11,25 @@ Maps of exponential type (``exp``, ``favor+``, ``table``) are *log-domain*: they
 cancels in the normalisation (one per query token, one per key sequence), so they
 never overflow.
 
-The registry is the single place that maps names to classes: :func:`available_feature_maps`
-lists them, :func:`get_feature_map` resolves a ``feature_map=`` value and
-:func:`make_feature_map` builds one. Besides a registered name, ``feature_map=`` takes a
-:class:`FeatureMap` subclass or a user's map: any :class:`torch.nn.Module` class (or
-factory) called as ``cls(n_bits, rank, **feature_kwargs)`` that maps float tokens of
-shape ``(..., n_bits)`` to features of shape ``(..., rank)``. Such a map declares
-nothing: it is wrapped in :class:`UserFeatureMap`, normalised with the guard of signed
-kernels, stacked one rank at a time, and the estimators decide whether the theorem
-covers it from the kernel values it computes on the training tokens (``kernel_min_``).
+The registry (``FEATURE_MAPS``, a ``Registry`` of :mod:`minip_learn.nn._registry`, the
+class of the mixers' registry too) is the single place that maps names to classes:
+:func:`available_feature_maps` lists them, :func:`get_feature_map` resolves a
+``feature_map=`` value and :func:`make_feature_map` builds one. Besides a registered
+name, ``feature_map=`` takes a :class:`FeatureMap` subclass or a user's map: any
+:class:`torch.nn.Module` class (or factory) called as
+``cls(n_bits, rank, **feature_kwargs)`` that maps float tokens of shape
+``(..., n_bits)`` to features of shape ``(..., rank)``. Such a map declares nothing: it
+is wrapped in :class:`UserFeatureMap`, normalised with the guard of signed kernels,
+stacked one rank at a time, and the estimators decide whether the theorem covers it
+from the kernel values it computes on the training tokens (``kernel_min_``).
 """
 
 import math
 
 import torch
 from torch import nn
+
+from ._registry import Registry
 
 __all__ = [
     "FeatureMap",
@@ -36,9 +40,8 @@ __all__ = [
     "get_feature_map",
     "make_feature_map",
     "register_feature_map",
+    "unregister_feature_map",
 ]
-
-_REGISTRY = {}
 
 
 def register_feature_map(name):
@@ -56,25 +59,46 @@ def register_feature_map(name):
     Examples
     --------
     >>> import torch
-    >>> from minip_learn.nn import FeatureMap, register_feature_map, make_feature_map
+    >>> from minip_learn.nn import (FeatureMap, make_feature_map, register_feature_map,
+    ...                             unregister_feature_map)
     >>> @register_feature_map("doc-sigmoid")
     ... class Sigmoid(FeatureMap):
     ...     def activation(self, z):
     ...         return torch.sigmoid(z)
     >>> make_feature_map("doc-sigmoid", 4, 2)(torch.ones(3, 4)).shape
     torch.Size([3, 2])
-    >>> from minip_learn.nn.feature_maps import _REGISTRY
-    >>> del _REGISTRY["doc-sigmoid"]  # keep the registry as it was
+    >>> _ = unregister_feature_map("doc-sigmoid")  # keep the registry as it was
     """
+    return FEATURE_MAPS.register(name)
 
-    def decorator(cls):
-        if name in _REGISTRY:
-            raise ValueError(f"feature map {name!r} is already registered")
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
 
-    return decorator
+def unregister_feature_map(name):
+    """Remove a feature map from the registry (the inverse of
+    :func:`register_feature_map`).
+
+    Parameters
+    ----------
+    name : str
+        A registered name.
+
+    Returns
+    -------
+    cls : FeatureMap subclass
+        The class that was registered under ``name``.
+
+    Raises
+    ------
+    KeyError
+        If ``name`` is not registered.
+
+    Examples
+    --------
+    >>> from minip_learn.nn import FeatureMap, register_feature_map, unregister_feature_map
+    >>> Doc = register_feature_map("doc-constant")(type("Doc", (FeatureMap,), {}))
+    >>> unregister_feature_map("doc-constant") is Doc
+    True
+    """
+    return FEATURE_MAPS.unregister(name)
 
 
 def available_feature_maps(*, nonnegative=None):
@@ -95,10 +119,7 @@ def available_feature_maps(*, nonnegative=None):
     >>> {"elu+1", "exp", "favor+", "table"} <= set(available_feature_maps())
     True
     """
-    return sorted(
-        name for name, cls in _REGISTRY.items()
-        if nonnegative is None or cls.nonnegative == nonnegative
-    )
+    return FEATURE_MAPS.available(nonnegative=nonnegative)
 
 
 def feature_map_table():
@@ -130,17 +151,7 @@ def feature_map_table():
     >>> next(row["paper"] for row in rows if row["name"] == "elu+1")
     'Katharopoulos et al. 2020, Transformers are RNNs'
     """
-    rows = []
-    for name in available_feature_maps():
-        cls = _REGISTRY[name]
-        rows.append({
-            "name": name,
-            "paper": cls.paper,
-            "nonnegative": bool(cls.nonnegative),
-            "kernel_nonnegative": bool(cls.kernel_nonnegative),
-            "class": f"{cls.__module__}.{cls.__qualname__}",
-        })
-    return rows
+    return FEATURE_MAPS.table()
 
 
 def get_feature_map(name):
@@ -176,20 +187,7 @@ def get_feature_map(name):
     >>> get_feature_map(nn.Linear).__name__, get_feature_map(nn.Linear).nonnegative
     ('UserFeatureMap', False)
     """
-    if isinstance(name, type) and issubclass(name, FeatureMap):
-        return name
-    if isinstance(name, str):
-        try:
-            return _REGISTRY[name]
-        except KeyError:
-            pass
-    elif callable(name):
-        return UserFeatureMap
-    raise ValueError(
-        f"Unknown feature_map {name!r}; valid names are {available_feature_maps()}, or "
-        "pass a FeatureMap subclass or a torch.nn.Module class called as "
-        "cls(n_bits, rank, **feature_kwargs)."
-    )
+    return FEATURE_MAPS.get(name)
 
 
 def feature_map_name(name):
@@ -202,19 +200,13 @@ def feature_map_name(name):
     >>> feature_map_name("relu"), feature_map_name(nn.Linear)
     ('relu', 'torch.nn.modules.linear.Linear')
     """
-    if isinstance(name, str):
-        return name
-    module = getattr(name, "__module__", None)
-    qualname = getattr(name, "__qualname__", None) or repr(name)
-    return f"{module}.{qualname}" if module else qualname
+    return FEATURE_MAPS.name(name)
 
 
 def is_registered(name):
     """Whether ``name`` is a registered map (by name or class): maps the library checks
     itself, whose outputs :func:`check_feature_map_output` need not check at fit."""
-    if isinstance(name, str):
-        return name in _REGISTRY
-    return any(name is cls for cls in _REGISTRY.values())
+    return FEATURE_MAPS.is_registered(name)
 
 
 def make_feature_map(name, n_bits, rank, **kwargs):
@@ -245,10 +237,7 @@ def make_feature_map(name, n_bits, rank, **kwargs):
     >>> make_feature_map(torch.nn.Linear, 6, 4)(torch.ones(3, 6)).shape
     torch.Size([3, 4])
     """
-    cls = get_feature_map(name)
-    if cls is UserFeatureMap and name is not UserFeatureMap:
-        return UserFeatureMap(n_bits, rank, factory=name, **kwargs)
-    return cls(n_bits, rank, **kwargs)
+    return FEATURE_MAPS.make(name, n_bits, rank, **kwargs)
 
 
 def check_feature_map_output(phi, x, name):
@@ -299,7 +288,6 @@ def check_feature_map_output(phi, x, name):
             f"feature_map={label!r} returns NaN features on "
             f"{int(torch.isnan(out).any(-1).sum())} of the {len(x)} training tokens."
         )
-
 
 def _encoder(n_in, n_out, width, depth):
     if depth == 0:
@@ -427,6 +415,73 @@ class FeatureMap(nn.Module):
 
     def extra_repr(self):
         return f"name={self.name!r}, n_bits={self.n_bits}, rank={self.rank}"
+
+
+class UserFeatureMap(FeatureMap):
+    """A user's map, ``factory(n_bits, rank, **kwargs)``, seen as a :class:`FeatureMap`.
+
+    :func:`make_feature_map` wraps any :class:`torch.nn.Module` class or factory that
+    is not a :class:`FeatureMap` in this class. It declares nothing it cannot know:
+    ``nonnegative`` and ``kernel_nonnegative`` are False (the head normalises with the
+    guard of signed kernels, and the estimators flag the theorem from the kernel values
+    the fitted map computes, ``kernel_min_``), no fused form, and
+    ``rank_maskable=False`` (heads of several ranks train one rank at a time). The
+    estimator stays picklable and clonable when ``factory`` is importable (a class or
+    function defined at module level).
+
+    Parameters
+    ----------
+    n_bits, rank : int
+        Passed to ``factory`` first.
+    factory : callable
+        A module class or a function returning a module.
+    **kwargs
+        Passed to ``factory`` (the estimator's ``feature_kwargs``).
+
+    Attributes
+    ----------
+    module : torch.nn.Module
+        The user's map.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import UserFeatureMap
+    >>> phi = UserFeatureMap(6, 4, factory=torch.nn.Linear, bias=False)
+    >>> phi(torch.ones(2, 6)).shape, phi.nonnegative, phi.name
+    (torch.Size([2, 4]), False, 'torch.nn.modules.linear.Linear')
+    """
+
+    nonnegative = False
+    kernel_nonnegative = False
+    rank_maskable = False
+    encoder_options = False
+
+    def __init__(self, n_bits, rank, *, factory, **kwargs):
+        nn.Module.__init__(self)
+        self.n_bits = n_bits
+        self.rank = rank
+        self.factory = factory
+        self.name = feature_map_name(factory)
+        module = factory(n_bits, rank, **kwargs)
+        if not isinstance(module, nn.Module):
+            raise ValueError(
+                f"feature_map={self.name!r} must build a torch.nn.Module when called as "
+                f"feature_map(n_bits, rank, **feature_kwargs); got {type(module).__name__}."
+            )
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)
+
+
+#: The registry of feature maps: names to :class:`FeatureMap` subclasses.
+FEATURE_MAPS = Registry(
+    "feature map", "feature_map", FeatureMap, UserFeatureMap,
+    call="cls(n_bits, rank, **feature_kwargs)",
+    columns={"paper": lambda cls: cls.paper,
+             "nonnegative": lambda cls: bool(cls.nonnegative),
+             "kernel_nonnegative": lambda cls: bool(cls.kernel_nonnegative)})
 
 
 @register_feature_map("elu+1")
@@ -591,64 +646,6 @@ class TokenTable(FeatureMap):
 
     def extra_repr(self):
         return f"name='table', n_tokens={len(self.vocabulary)}, rank={self.rank}"
-
-
-class UserFeatureMap(FeatureMap):
-    """A user's map, ``factory(n_bits, rank, **kwargs)``, seen as a :class:`FeatureMap`.
-
-    :func:`make_feature_map` wraps any :class:`torch.nn.Module` class or factory that
-    is not a :class:`FeatureMap` in this class. It declares nothing it cannot know:
-    ``nonnegative`` and ``kernel_nonnegative`` are False (the head normalises with the
-    guard of signed kernels, and the estimators flag the theorem from the kernel values
-    the fitted map computes, ``kernel_min_``), no fused form, and
-    ``rank_maskable=False`` (heads of several ranks train one rank at a time). The
-    estimator stays picklable and clonable when ``factory`` is importable (a class or
-    function defined at module level).
-
-    Parameters
-    ----------
-    n_bits, rank : int
-        Passed to ``factory`` first.
-    factory : callable
-        A module class or a function returning a module.
-    **kwargs
-        Passed to ``factory`` (the estimator's ``feature_kwargs``).
-
-    Attributes
-    ----------
-    module : torch.nn.Module
-        The user's map.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from minip_learn.nn import UserFeatureMap
-    >>> phi = UserFeatureMap(6, 4, factory=torch.nn.Linear, bias=False)
-    >>> phi(torch.ones(2, 6)).shape, phi.nonnegative, phi.name
-    (torch.Size([2, 4]), False, 'torch.nn.modules.linear.Linear')
-    """
-
-    nonnegative = False
-    kernel_nonnegative = False
-    rank_maskable = False
-    encoder_options = False
-
-    def __init__(self, n_bits, rank, *, factory, **kwargs):
-        nn.Module.__init__(self)
-        self.n_bits = n_bits
-        self.rank = rank
-        self.factory = factory
-        self.name = feature_map_name(factory)
-        module = factory(n_bits, rank, **kwargs)
-        if not isinstance(module, nn.Module):
-            raise ValueError(
-                f"feature_map={self.name!r} must build a torch.nn.Module when called as "
-                f"feature_map(n_bits, rank, **feature_kwargs); got {type(module).__name__}."
-            )
-        self.module = module
-
-    def forward(self, x):
-        return self.module(x)
 
 
 # ---------------------------------------------------------------------------------

@@ -3,12 +3,17 @@ token-by-token recurrence, outputs are causal, the declared state is the state c
 the registry and user mixers; and flash-linear-attention's naive reference recurrences
 (``fla.ops.*.naive``) agree with the built-ins when the ``fla`` extra is installed."""
 
+import importlib
+import pkgutil
+import re
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
+import minip_learn.nn.mixers
 from minip_learn.nn import (
     Mixer,
     UserMixer,
@@ -20,17 +25,23 @@ from minip_learn.nn import (
 )
 from minip_learn.nn.mixers import decayed_scores
 
-BUILT_INS = ["deltanet", "gla", "kernel", "linear", "mamba", "positional", "retnet",
-             "softmax"]
+#: every registered mixer: the built-ins, registered by importing the package
+BUILT_INS = available_mixers()
 N_BITS, STATE, VALUE_DIM = 5, 3, 4
+
+
+def _data_kwargs(name, seq_len, **kwargs):
+    """``kwargs`` with what the mixer takes from training sequences of ``seq_len``
+    tokens (e.g. the ``max_len`` of learned positional weights)."""
+    X = np.zeros((1, seq_len, N_BITS), dtype=np.uint8)
+    return {**kwargs, **get_mixer(name).data_kwargs(X, **kwargs)}
 
 
 def _mixer(name, seed=0, state=STATE, value_dim=VALUE_DIM, **kwargs):
     """A built-in mixer in float64 with parameters away from their initialisation (so
     that every part of the recurrence matters: Mamba's steps, GLA's gates ...)."""
     torch.manual_seed(seed)
-    if name == "positional":
-        kwargs.setdefault("max_len", 64)
+    kwargs = _data_kwargs(name, 64, **kwargs)
     mixer = make_mixer(name, N_BITS, state, value_dim=value_dim, **kwargs).double()
     with torch.no_grad():
         for p in mixer.parameters():
@@ -60,11 +71,22 @@ def test_recurrent_form_equals_the_whole_sequence_form(name):
     assert y.std() > 1e-3  # not a constant: the comparison can fail
 
 
-def test_mamba_scan_equals_its_whole_sequence_form():
+def test_mamba_forward_runs_the_scan_which_equals_its_parallel_form():
     mixer, x = _mixer("mamba"), _tokens()
-    u = mixer.attend_parallel(x)
-    torch.testing.assert_close(mixer.attend(x), u, rtol=1e-9, atol=1e-10)
+    assert mixer.forward_form == "recurrent"  # training runs the selective scan
+    u = mixer.attend(x)  # the parallel form
+    torch.testing.assert_close(mixer.mix(x), u, rtol=1e-9, atol=1e-10)
+    assert torch.equal(mixer.mix(x), mixer.attend_recurrent(x))
+    assert torch.equal(mixer(x), mixer.readout(x, mixer.attend_recurrent(x)))
     assert u.std() > 1e-3
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_forward_is_the_readout_of_the_declared_form(name):
+    mixer, x = _mixer(name), _tokens()
+    assert mixer.forward_form in ("parallel", "recurrent")
+    form = mixer.attend if mixer.forward_form == "parallel" else mixer.attend_recurrent
+    torch.testing.assert_close(mixer(x), mixer.readout(x, form(x)), rtol=1e-9, atol=1e-10)
 
 
 @pytest.mark.parametrize("name", BUILT_INS)
@@ -79,10 +101,18 @@ def test_outputs_are_causal(name):
         assert (z[:, i + 1:] - y[:, i + 1:]).abs().max() > 1e-6  # later outputs do change
 
 
-STATE_FLOATS = {  # r = STATE = 3, d = VALUE_DIM = 4
-    "linear": 12, "gla": 12, "deltanet": 12, "mamba": 12, "kernel": 15, "retnet": 15,
-    "positional": 15,
-}
+def formula_floats(formula, r, d, n):
+    """The value of a ``state_formula`` such as ``"r (d + 1)"`` (juxtaposition is a
+    product) at ``r``, ``d`` and ``N = n``."""
+    expression = re.sub(r"(?<=[\w)])\s+(?=[\w(])", "*", formula)
+    assert re.fullmatch(r"[rdN0-9+*() ]+", expression), formula
+    return eval(expression, {"__builtins__": {}}, {"r": r, "d": d, "N": n})
+
+
+def test_formula_floats():
+    assert formula_floats("r (d + 1)", 3, 4, 7) == 15
+    assert formula_floats("N (r + d)", 3, 4, 7) == 49
+    assert formula_floats("d r", 3, 4, 7) == 12
 
 
 @pytest.mark.parametrize("name", BUILT_INS)
@@ -90,14 +120,15 @@ def test_state_floats_is_the_state_carried(name):
     mixer, x = _mixer(name), _tokens(seq_len=7)
     _, state = mixer.attend_recurrent(x, return_state=True)
     carried = sum(t[0].numel() for t in state)  # per sequence
-    if name == "softmax":  # a cache of every key and value: N (r + d)
-        assert mixer.state_floats(7) == carried == 7 * (STATE + VALUE_DIM)
-        assert mixer.state_floats(20) == 20 * (STATE + VALUE_DIM)
+    formula = get_mixer(name).state_formula
+    if "N" in formula:  # a state that grows with the tokens (softmax's cache)
+        assert mixer.state_floats(7) == carried == formula_floats(formula, STATE, VALUE_DIM, 7)
+        assert mixer.state_floats(20) == formula_floats(formula, STATE, VALUE_DIM, 20)
         with pytest.raises(ValueError, match="seq_len"):
             mixer.state_floats()
     else:
         assert mixer.state_floats() == mixer.state_floats(1000) == carried
-        assert carried == STATE_FLOATS[name]
+        assert carried == formula_floats(formula, STATE, VALUE_DIM, 7)
         _, short = mixer.attend_recurrent(x[:, :2], return_state=True)
         assert [t.shape for t in short] == [t.shape for t in state]  # fixed size
 
@@ -120,14 +151,14 @@ def test_float32_forms_agree_and_empty_sequences(name):
 
 
 def test_decayed_scores_blocks_equal_one_block(monkeypatch):
-    from minip_learn.nn import mixers
+    from minip_learn.nn.mixers import _ops
 
     torch.manual_seed(0)
     q, k = torch.randn(2, 11, 3, dtype=torch.float64), torch.randn(2, 11, 3,
                                                                    dtype=torch.float64)
     log_cum = (-torch.rand(2, 11, 3, dtype=torch.float64)).cumsum(-2)
     whole = decayed_scores(q, k, log_cum)
-    monkeypatch.setattr(mixers, "DECAY_BLOCK_ELEMENTS", 2 * 11 * 3 * 4)  # 4 rows a block
+    monkeypatch.setattr(_ops, "DECAY_BLOCK_ELEMENTS", 2 * 11 * 3 * 4)  # 4 rows a block
     torch.testing.assert_close(decayed_scores(q, k, log_cum), whole)
     # the definition, one entry at a time
     t, j = 7, 4
@@ -154,18 +185,18 @@ def test_deltanet_equals_the_delta_rule_written_out():
     S = torch.zeros(len(x), STATE, VALUE_DIM, dtype=torch.float64)
     outs = []
     for t in range(x.shape[1]):
-        k, v, beta = m["k"][:, t], m["v"][:, t], m["beta"][:, t, None, None]
+        k, v, beta = m.k[:, t], m.v[:, t], m.beta[:, t, None, None]
         eye = torch.eye(STATE, dtype=torch.float64)
         S = (eye - beta * k[:, :, None] * k[:, None, :]) @ S + beta * k[:, :, None] * v[:, None]
-        outs.append((S * m["q"][:, t, :, None]).sum(1))
+        outs.append((S * m.q[:, t, :, None]).sum(1))
     torch.testing.assert_close(mixer.attend(x), torch.stack(outs, 1))
-    torch.testing.assert_close(m["k"].norm(dim=-1), torch.ones(x.shape[:2], dtype=torch.float64))
+    torch.testing.assert_close(m.k.norm(dim=-1), torch.ones(x.shape[:2], dtype=torch.float64))
 
 
 def test_gla_gates_follow_the_temperature():
     mixer = _mixer("gla", gate_temperature=4.0)
     x = _tokens()
-    alpha = torch.exp(mixer.token_maps(x)["log_alpha"])
+    alpha = torch.exp(mixer.token_maps(x).log_alpha)
     torch.testing.assert_close(alpha, torch.sigmoid(mixer.gate(x)) ** 0.25)
 
 
@@ -203,12 +234,29 @@ def test_kernel_and_softmax_mixers_are_the_causal_heads():
 
 
 # -- the registry --------------------------------------------------------------------------
+def _package_mixers():
+    """The mixer classes the modules of minip_learn.nn.mixers register."""
+    package = minip_learn.nn.mixers
+    found = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        found |= {cls for cls in vars(module).values()
+                  if isinstance(cls, type) and issubclass(cls, Mixer)
+                  and cls.__module__ == module.__name__ and cls.name is not None}
+    return found
+
+
 def test_registry_lists_the_built_ins():
-    assert available_mixers() == BUILT_INS
-    assert available_mixers(theorem="yes") == ["kernel"]
-    assert available_mixers(theorem="positional") == ["positional", "retnet"]
+    assert {cls.name: cls for cls in _package_mixers()} == {
+        name: get_mixer(name) for name in BUILT_INS}
+    assert available_mixers() == sorted(BUILT_INS)
+    assert "kernel" in available_mixers(theorem="yes")
+    assert {"positional", "retnet"} <= set(available_mixers(theorem="positional"))
     rows = mixer_table()
     assert [row["name"] for row in rows] == BUILT_INS
+    for theorem in ("yes", "positional", "no"):  # the filter reads the table's column
+        assert available_mixers(theorem=theorem) == [
+            row["name"] for row in rows if row["theorem"] == theorem]
     for row in rows:
         cls = get_mixer(row["name"])
         assert issubclass(cls, Mixer) and cls.name == row["name"]
@@ -220,7 +268,7 @@ def test_registry_lists_the_built_ins():
 
 @pytest.mark.parametrize("name", BUILT_INS)
 def test_make_mixer_builds_the_class_with_its_options(name):
-    kwargs = {"max_len": 4} if name == "positional" else {}
+    kwargs = _data_kwargs(name, 4)
     mixer = make_mixer(name, N_BITS, STATE, value_dim=2, **kwargs)
     assert type(mixer) is get_mixer(name)
     assert isinstance(mixer, Mixer)
@@ -245,6 +293,87 @@ def test_register_mixer_refuses_duplicates_and_undeclared_theorems():
     with pytest.raises(ValueError, match="theorem"):
         register_mixer("test-undeclared")(type("Undeclared", (Mixer,), {}))
     assert "test-undeclared" not in available_mixers()
+    conditional = type("Conditional", (Mixer,), {"theorem": "yes",
+                                                 "meets_theorem_condition": lambda self: False})
+    with pytest.raises(ValueError, match="must declare theorem_condition"):
+        register_mixer("test-conditional")(conditional)
+    with pytest.raises(ValueError, match="forward_form"):
+        register_mixer("test-form")(type("Form", (Mixer,), {"theorem": "no",
+                                                            "forward_form": "chunked"}))
+    assert not {"test-conditional", "test-form"} & set(available_mixers())
+
+
+def test_unregister_mixer_removes_a_name():
+    from minip_learn.nn import register_mixer, unregister_mixer
+
+    cls = register_mixer("test-unregister")(type("Gone", (Mixer,), {"theorem": "no"}))
+    assert "test-unregister" in available_mixers()
+    assert unregister_mixer("test-unregister") is cls
+    assert "test-unregister" not in available_mixers()
+    with pytest.raises(KeyError, match="'test-unregister' is not registered"):
+        unregister_mixer("test-unregister")
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_an_instance_reads_the_class_theorem_and_cannot_set_it(name):
+    mixer, cls = _mixer(name), get_mixer(name)
+    assert mixer.theorem == cls.theorem  # default options: the class's declaration
+    with pytest.raises(AttributeError, match="an instance cannot set it"):
+        mixer.theorem = "yes"
+    assert mixer.meets_theorem_condition() or cls.theorem_condition
+
+
+def test_an_instance_outside_the_theorem_condition_reads_no():
+    for name in available_mixers():
+        cls = get_mixer(name)
+        row = next(row for row in mixer_table() if row["name"] == name)
+        assert row["theorem_condition"] == cls.theorem_condition
+    signed = make_mixer("kernel", N_BITS, STATE, feature_map="identity")
+    assert not signed.meets_theorem_condition() and signed.theorem == "no"
+    assert type(signed).theorem == "yes" and type(signed).theorem_condition
+
+
+def test_token_maps_are_declared_dataclasses():
+    from dataclasses import fields, is_dataclass
+
+    from minip_learn.nn.mixers import TokenMaps
+
+    x = _tokens()
+    for name in ("linear", "gla", "deltanet", "mamba"):
+        m = _mixer(name).token_maps(x)
+        assert isinstance(m, TokenMaps) and is_dataclass(m)
+        assert all(isinstance(getattr(m, f.name), torch.Tensor) for f in fields(m))
+    with pytest.raises(NotImplementedError, match="declares no per-token maps"):
+        _mixer("softmax").token_maps(x)
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"feature_map": "exp"}, {"positional": "decay",
+                                                                  "decay": 0.8},
+                                    {"positional": "learned", "max_len": 9}])
+def test_kernel_head_step_is_its_recurrence(kwargs):
+    from minip_learn.nn import KernelAttentionHead
+
+    torch.manual_seed(0)
+    head = KernelAttentionHead(N_BITS, STATE, value_dim=VALUE_DIM, causal=True,
+                               **kwargs).double()
+    x = _tokens()
+    state = head.initial_state((len(x),), dtype=x.dtype)
+    outs = []
+    for t in range(x.shape[1]):
+        state, u = head.step(state, x[:, t], position=t)
+        outs.append(u)
+    y = head.readout(x, torch.stack(outs, 1))
+    torch.testing.assert_close(y, head.recurrent(x), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(y, head(x), rtol=1e-9, atol=1e-10)
+    with torch.no_grad():  # a rank mask: the step masks as the recurrent form does
+        head.feature_mask = torch.tensor([1.0, 0.0, 1.0], dtype=x.dtype)
+    state = head.initial_state((len(x),), dtype=x.dtype)
+    masked = []
+    for t in range(x.shape[1]):
+        state, u = head.step(state, x[:, t], position=t)
+        masked.append(u)
+    torch.testing.assert_close(head.readout(x, torch.stack(masked, 1)), head.recurrent(x),
+                               rtol=1e-12, atol=1e-12)
 
 
 # -- user mixers ------------------------------------------------------------------------------
@@ -371,8 +500,8 @@ def test_linear_equals_fla_naive_recurrent_linear_attn():
     fla = _fla("fla.ops.linear_attn.naive")
     mixer, x = _mixer("linear"), _tokens()
     m = mixer.token_maps(x)
-    ref, _ = fla.naive_recurrent_linear_attn(_heads(m["q"]), _heads(m["k"]),
-                                             _heads(m["v"]), scale=1.0)
+    ref, _ = fla.naive_recurrent_linear_attn(_heads(m.q), _heads(m.k),
+                                             _heads(m.v), scale=1.0)
     torch.testing.assert_close(mixer.attend(x), ref[:, :, 0].double(), **FLA_TOL)
 
 
@@ -381,8 +510,8 @@ def test_gla_equals_fla_naive_recurrent_gla():
     fla = _fla("fla.ops.gla.naive")
     mixer, x = _mixer("gla"), _tokens()
     m = mixer.token_maps(x)
-    ref, _ = fla.naive_recurrent_gla(_heads(m["q"] * STATE ** 0.5), _heads(m["k"]),
-                                     _heads(m["v"]), _heads(m["log_alpha"]))
+    ref, _ = fla.naive_recurrent_gla(_heads(m.q * STATE ** 0.5), _heads(m.k),
+                                     _heads(m.v), _heads(m.log_alpha))
     torch.testing.assert_close(mixer.attend(x), ref[:, :, 0].double(), **FLA_TOL)
 
 
@@ -392,8 +521,8 @@ def test_deltanet_equals_fla_delta_rule_recurrence():
     mixer, x = _mixer("deltanet"), _tokens()
     m = mixer.token_maps(x)
     # (B, H, T, K) layout here
-    ref, _ = fla.delta_rule_recurrence((m["q"] * STATE ** 0.5)[:, None], m["k"][:, None],
-                                       m["v"][:, None], m["beta"][:, None])
+    ref, _ = fla.delta_rule_recurrence((m.q * STATE ** 0.5)[:, None], m.k[:, None],
+                                       m.v[:, None], m.beta[:, None])
     torch.testing.assert_close(mixer.attend(x), ref[:, 0].double(), **FLA_TOL)
 
 
@@ -404,11 +533,11 @@ def test_mamba_equals_fla_naive_recurrent_gla_one_head_per_channel():
     fla = _fla("fla.ops.gla.naive")
     mixer, x = _mixer("mamba"), _tokens()
     m = mixer.token_maps(x)
-    q = m["C"][:, :, None, :].expand(-1, -1, VALUE_DIM, -1)
-    k = m["delta"][..., None] * m["B"][:, :, None, :]
-    gk = m["delta"][..., None] * m["A"]
-    ref, _ = fla.naive_recurrent_gla(q * STATE ** 0.5, k, m["v"][..., None], gk)
-    ref = ref[..., 0].double() + mixer.D * m["v"]
+    q = m.C[:, :, None, :].expand(-1, -1, VALUE_DIM, -1)
+    k = m.delta[..., None] * m.B[:, :, None, :]
+    gk = m.delta[..., None] * m.A
+    ref, _ = fla.naive_recurrent_gla(q * STATE ** 0.5, k, m.v[..., None], gk)
+    ref = ref[..., 0].double() + mixer.D * m.v
     torch.testing.assert_close(mixer.attend(x), ref, **FLA_TOL)
 
 
@@ -498,7 +627,7 @@ def test_linear_and_kernel_equal_fla_fused_linear_attn():
     fla = _fla("fla.ops.linear_attn")
     x = _long()
     _, m, u = _fused_case("linear")
-    q, k, v = _gpu(m["q"]), _gpu(m["k"]), _gpu(m["v"])
+    q, k, v = _gpu(m.q), _gpu(m.k), _gpu(m.v)
     _close_to_fused(u, fla.chunk_linear_attn(q, k, v, scale=1.0, normalize=False)[0][:, :, 0])
     _close_to_fused(u, fla.fused_recurrent_linear_attn(q, k, v, scale=1.0)[0][:, :, 0],
                     "recurrent")
@@ -514,19 +643,19 @@ def test_linear_and_kernel_equal_fla_fused_linear_attn():
 def test_gla_and_mamba_equal_fla_fused_gla():
     fla = _fla("fla.ops.gla")
     _, m, u = _fused_case("gla")
-    args = (_gpu(m["q"]), _gpu(m["k"]), _gpu(m["v"]), _gpu(m["log_alpha"]))
+    args = (_gpu(m.q), _gpu(m.k), _gpu(m.v), _gpu(m.log_alpha))
     _close_to_fused(u, fla.chunk_gla(*args, scale=1.0)[0][:, :, 0])
     _close_to_fused(u, fla.fused_recurrent_gla(*args[:3], gk=args[3], scale=1.0)[0][:, :, 0],
                     "recurrent")
     # Mamba: channel c is GLA with one value (heads = channels, as in the naive test)
     mamba, m, u = _fused_case("mamba")
-    q = m["C"][:, :, None, :].expand(-1, -1, FUSED["value_dim"], -1)
-    k = m["delta"][..., None] * m["B"][:, :, None, :]
-    gk = m["delta"][..., None] * m["A"]
+    q = m.C[:, :, None, :].expand(-1, -1, FUSED["value_dim"], -1)
+    k = m.delta[..., None] * m.B[:, :, None, :]
+    gk = m.delta[..., None] * m.A
     ref, _ = fla.fused_recurrent_gla(_gpu(q, False), _gpu(k, False),
-                                     _gpu(m["v"][..., None], False), gk=_gpu(gk, False),
+                                     _gpu(m.v[..., None], False), gk=_gpu(gk, False),
                                      scale=1.0)
-    _close_to_fused(u, ref[..., 0].double().cpu() + mamba.D * m["v"],
+    _close_to_fused(u, ref[..., 0].double().cpu() + mamba.D * m.v,
                     "recurrent")
 
 
@@ -535,7 +664,7 @@ def test_gla_and_mamba_equal_fla_fused_gla():
 def test_deltanet_equals_fla_fused_delta_rule():
     fla = _fla("fla.ops.delta_rule")
     _, m, u = _fused_case("deltanet")
-    args = (_gpu(m["q"]), _gpu(m["k"]), _gpu(m["v"]), m["beta"][..., None].float().cuda())
+    args = (_gpu(m.q), _gpu(m.k), _gpu(m.v), m.beta[..., None].float().cuda())
     _close_to_fused(u, fla.fused_recurrent_delta_rule(*args, scale=1.0)[0][:, :, 0],
                     "recurrent")
     half = [a.bfloat16() for a in args]     # the chunked kernel takes bfloat16 only

@@ -96,6 +96,33 @@ def test_registry_resolves_user_maps():
         get_feature_map("no-such-map")
 
 
+def test_feature_maps_and_mixers_share_one_registry_class():
+    from minip_learn.nn import (
+        Mixer,
+        UserMixer,
+        available_feature_maps,
+        register_feature_map,
+        unregister_feature_map,
+    )
+    from minip_learn.nn.feature_maps import FEATURE_MAPS, feature_map_name
+    from minip_learn.nn.mixers import MIXERS
+
+    assert type(FEATURE_MAPS) is type(MIXERS)
+    assert (FEATURE_MAPS.base, FEATURE_MAPS.user) == (FeatureMap, UserFeatureMap)
+    assert (MIXERS.base, MIXERS.user) == (Mixer, UserMixer)
+    with pytest.raises(ValueError, match="feature map 'relu' is already registered"):
+        register_feature_map("relu")(OwnFeatureMap)
+    with pytest.raises(ValueError, match=r"Unknown feature_map 'no-such-map'; valid names "
+                                         r"are \[.*'relu'.*\], or pass a FeatureMap subclass"):
+        get_feature_map("no-such-map")
+    own = register_feature_map("test-own")(type("Own", (OwnFeatureMap,), {}))
+    assert "test-own" in available_feature_maps(nonnegative=True)
+    assert feature_map_name(own) == "test-own" and feature_map_name("relu") == "relu"
+    assert feature_map_name(SquaredLinear).endswith("SquaredLinear")
+    assert unregister_feature_map("test-own") is own
+    assert "test-own" not in available_feature_maps()
+
+
 @pytest.mark.parametrize("feature_map", [SquaredLinear, squared_linear_factory])
 def test_user_map_fits_and_is_flagged_from_data(data, feature_map):
     est = _fit(data, feature_map=feature_map)

@@ -1,0 +1,97 @@
+"""The delta rule (``"deltanet"``).
+
+The recurrence, with L2-normalised ``q_t``, ``k_t`` in ``R^r``, the value ``v_t`` in
+``R^d`` and the writing strength ``beta_t = sigmoid(<w_b, x_t> + c_b)`` of the token
+``x_t`` (``S_0 = 0``):
+
+    ``S_t = (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T``,   ``u_t = S_t^T q_t``.
+
+State ``r d`` floats. Outside the theorem.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ._base import MatrixStateMixer, QKVMaps, register_mixer
+
+__all__ = ["DeltaMaps", "DeltaNetMixer"]
+
+
+@dataclass(frozen=True)
+class DeltaMaps(QKVMaps):
+    """Unit-norm queries and keys, values and the writing strength of the delta rule.
+
+    Attributes
+    ----------
+    beta : Tensor of shape (...,)
+        The writing strength, in (0, 1).
+    """
+
+    beta: torch.Tensor
+
+
+@register_mixer("deltanet")
+class DeltaNetMixer(MatrixStateMixer):
+    """The delta rule: ``S_t = S_{t-1} + beta_t k_t (v_t - S_{t-1}^T k_t)^T``,
+    ``u_t = S_t^T q_t``.
+
+    ``q_t`` and ``k_t`` are L2-normalised linear maps of the token and
+    ``beta_t = sigmoid(<w_b, x_t> + c_b)`` is the writing strength (Schlag et al. 2021;
+    Yang et al. 2024). The parallel form is the UT transform: the written values
+    ``w_t = beta_t (v_t - S_{t-1}^T k_t)`` solve the unit lower-triangular system
+    ``w_t + beta_t sum_{j < t} (k_t^T k_j) w_j = beta_t v_t`` (one triangular solve),
+    and ``u_t = sum_{j <= t} (q_t^T k_j) w_j``. State ``r d`` floats.
+
+    Parameters
+    ----------
+    n_bits, state_size : int
+        Bits per token and key dimension ``r``.
+    value_dim : int, default=None
+        ``d``; None means ``n_bits``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import make_mixer
+    >>> mixer = make_mixer("deltanet", 4, 3).double()
+    >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
+    >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.state_floats()
+    (True, 12)
+    """
+
+    theorem = "no"
+    paper = ("Schlag et al. 2021, Linear Transformers Are Secretly Fast Weight Programmers; "
+             "Yang et al. 2024, Parallelizing Linear Transformers with the Delta Rule")
+    state_formula = "r d"
+
+    def __init__(self, n_bits, state_size, *, value_dim=None):
+        super().__init__(n_bits, state_size, value_dim=value_dim)
+        self.query = nn.Linear(self.n_bits, self.state_size)
+        self.key = nn.Linear(self.n_bits, self.state_size)
+        self.beta = nn.Linear(self.n_bits, 1)
+
+    def token_maps(self, x):
+        """The per-token maps the recurrence reads: unit-norm ``q`` and ``k``, ``v`` and
+        the writing strength ``beta`` in (0, 1) (shape (...,))."""
+        normalize = nn.functional.normalize
+        return DeltaMaps(q=normalize(self.query(x), dim=-1), k=normalize(self.key(x), dim=-1),
+                         v=self.value(x), beta=torch.sigmoid(self.beta(x)).squeeze(-1))
+
+    def attend(self, x):
+        m = self.token_maps(x)
+        q, k, v, beta = m.q, m.k, m.v, m.beta
+        n = x.shape[-2]
+        eye = torch.eye(n, dtype=k.dtype, device=k.device)
+        system = eye + beta[..., None] * torch.tril(k @ k.transpose(-2, -1), -1)
+        written = torch.linalg.solve_triangular(system, beta[..., None] * v, upper=False,
+                                                unitriangular=True)
+        return torch.tril(q @ k.transpose(-2, -1)) @ written
+
+    def step(self, state, x_t, position=0):
+        m = self.token_maps(x_t)
+        S, k = state[0], m.k
+        written = m.beta[:, None] * (m.v - torch.einsum("br,brd->bd", k, S))
+        S = S + k[:, :, None] * written[:, None, :]
+        return (S,), torch.einsum("br,brd->bd", m.q, S)

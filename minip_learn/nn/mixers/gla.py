@@ -1,0 +1,93 @@
+"""Gated linear attention (``"gla"``).
+
+The recurrence, with ``q_t``, ``k_t`` in ``R^r`` and ``v_t`` in ``R^d`` computed from
+the token ``x_t`` (``S_0 = 0``) and data-dependent gates
+``alpha_t = sigmoid(W_a x_t + c_a)^(1 / gate_temperature)`` in ``(0, 1)^r``:
+
+    ``S_t = diag(alpha_t) S_{t-1} + k_t v_t^T``,   ``u_t = S_t^T q_t``.
+
+State ``r d`` floats. Outside the theorem.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ._base import MatrixStateMixer, QKVMaps, register_mixer
+from ._ops import decayed_scores
+
+__all__ = ["GatedLinearAttentionMixer", "GatedMaps"]
+
+
+@dataclass(frozen=True)
+class GatedMaps(QKVMaps):
+    """Queries, keys, values and the log-gates of gated linear attention.
+
+    Attributes
+    ----------
+    log_alpha : Tensor of shape (..., r)
+        ``log alpha = logsigmoid(W_a x + c_a) / tau``, all ``<= 0``.
+    """
+
+    log_alpha: torch.Tensor
+
+
+@register_mixer("gla")
+class GatedLinearAttentionMixer(MatrixStateMixer):
+    """Gated linear attention with data-dependent per-key-dimension gates.
+
+    ``S_t = diag(alpha_t) S_{t-1} + k_t v_t^T`` and ``u_t = S_t^T q_t``, with
+    ``q_t = W_q x_t``, ``k_t = W_k x_t`` and ``alpha_t = sigmoid(W_a x_t + c_a)^(1/tau)``
+    (``tau = gate_temperature``; 16 in Yang et al. 2024): the recurrence of GLA, whose
+    output normalisation and gate are replaced by the affine readout. The parallel
+    form sums ``q_t^T diag(exp(L_t - L_j)) k_j v_j`` over ``j <= t`` with the cumulative
+    log-gates ``L`` (:func:`~minip_learn.nn.mixers.decayed_scores`). State ``r d``
+    floats.
+
+    Parameters
+    ----------
+    n_bits, state_size : int
+        Bits per token and key dimension ``r``.
+    value_dim : int, default=None
+        ``d``; None means ``n_bits``.
+    gate_temperature : float, default=16.0
+        ``tau``: the log-gates are ``logsigmoid(W_a x + c_a) / tau``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import make_mixer
+    >>> mixer = make_mixer("gla", 4, 3).double()
+    >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
+    >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.state_floats()
+    (True, 12)
+    """
+
+    theorem = "no"
+    paper = ("Yang et al. 2024, Gated Linear Attention Transformers with Hardware-Efficient "
+             "Training")
+    state_formula = "r d"
+
+    def __init__(self, n_bits, state_size, *, value_dim=None, gate_temperature=16.0):
+        super().__init__(n_bits, state_size, value_dim=value_dim)
+        self.gate_temperature = float(gate_temperature)
+        self.query = nn.Linear(self.n_bits, self.state_size)
+        self.key = nn.Linear(self.n_bits, self.state_size)
+        self.gate = nn.Linear(self.n_bits, self.state_size)
+
+    def token_maps(self, x):
+        """The per-token maps the recurrence reads: ``q``, ``k``, ``v`` and the
+        log-gates ``log_alpha = logsigmoid(W_a x + c_a) / tau`` (all ``<= 0``)."""
+        log_alpha = nn.functional.logsigmoid(self.gate(x)) / self.gate_temperature
+        return GatedMaps(q=self.query(x), k=self.key(x), v=self.value(x),
+                         log_alpha=log_alpha)
+
+    def attend(self, x):
+        m = self.token_maps(x)
+        return decayed_scores(m.q, m.k, m.log_alpha.cumsum(-2)) @ m.v
+
+    def step(self, state, x_t, position=0):
+        m = self.token_maps(x_t)
+        S = torch.exp(m.log_alpha)[:, :, None] * state[0] + m.k[:, :, None] * m.v[:, None, :]
+        return (S,), torch.einsum("br,brd->bd", m.q, S)

@@ -1,0 +1,80 @@
+"""Unnormalised causal linear attention (``"linear"``).
+
+The recurrence, with the features ``phi(q_t)``, ``phi(k_t)`` in ``R^r`` and the value
+``v_t`` in ``R^d`` of the token ``x_t`` (``S_0 = 0``):
+
+    ``S_t = S_{t-1} + phi(k_t) v_t^T``,   ``u_t = S_t^T phi(q_t)``.
+
+State ``r d`` floats. Outside the theorem: its normaliser is part of the theorem's
+hypothesis.
+"""
+
+import torch
+
+from ..feature_maps import make_feature_map
+from ._base import MatrixStateMixer, QKVMaps, register_mixer
+from ._ops import tril_mask
+
+__all__ = ["LinearAttentionMixer"]
+
+
+@register_mixer("linear")
+class LinearAttentionMixer(MatrixStateMixer):
+    """Unnormalised causal linear attention: ``u_t = S_t^T phi(q_t)``,
+    ``S_t = S_{t-1} + phi(k_t) v_t^T``.
+
+    ``phi(q_t)`` and ``phi(k_t)`` are two feature maps of the registry (default
+    ``"elu+1"``) of the token, with ``state_size`` features each. Without the
+    normaliser ``phi(q_t)^T s_t`` of kernel attention, the theorem does not cover it.
+    State ``r d`` floats.
+
+    Parameters
+    ----------
+    n_bits, state_size : int
+        Bits per token and feature dimension ``r``.
+    value_dim : int, default=None
+        ``d``; None means ``n_bits``.
+    feature_map : str, default="elu+1"
+        A name of the feature-map registry (:func:`~minip_learn.nn.available_feature_maps`)
+        or any ``feature_map=`` value of :func:`~minip_learn.nn.make_feature_map`.
+    feature_kwargs : dict, default=None
+        Options of the feature map (``width``, ``depth`` ...).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import make_mixer
+    >>> mixer = make_mixer("linear", 4, 3, feature_map="relu")
+    >>> mixer(torch.rand(2, 6, 4)).shape, mixer.state_floats()
+    (torch.Size([2, 6]), 12)
+    """
+
+    theorem = "no"
+    paper = ("Katharopoulos et al. 2020, Transformers are RNNs (without the normaliser, as "
+             "in fla's linear_attn)")
+    state_formula = "r d"
+
+    def __init__(self, n_bits, state_size, *, value_dim=None, feature_map="elu+1",
+                 feature_kwargs=None):
+        super().__init__(n_bits, state_size, value_dim=value_dim)
+        kwargs = dict(feature_kwargs or {})
+        self.query_features = make_feature_map(feature_map, self.n_bits, self.state_size,
+                                               **kwargs)
+        self.key_features = make_feature_map(feature_map, self.n_bits, self.state_size,
+                                             **kwargs)
+
+    def token_maps(self, x):
+        """The per-token maps the recurrence reads: ``q = phi(q)``, ``k = phi(k)`` and
+        ``v``."""
+        return QKVMaps(q=self.query_features(x), k=self.key_features(x), v=self.value(x))
+
+    def attend(self, x):
+        m = self.token_maps(x)
+        scores = (m.q @ m.k.transpose(-2, -1)).masked_fill(
+            ~tril_mask(x.shape[-2], x.device), 0.0)
+        return scores @ m.v
+
+    def step(self, state, x_t, position=0):
+        m = self.token_maps(x_t)
+        S = state[0] + m.k[:, :, None] * m.v[:, None, :]
+        return (S,), torch.einsum("br,brd->bd", m.q, S)
