@@ -1,4 +1,5 @@
-"""Returning freed heap memory to the operating system (glibc only; numpy and torch).
+"""Returning freed heap memory to the operating system (glibc only; numpy and torch),
+and the memory this machine has available (:func:`available_memory`).
 
 Large arrays freed in numpy or torch go back to glibc's heap, which keeps them: after
 phases that allocate and free blocks of many sizes (the epochs of a fit, the phases of
@@ -8,8 +9,9 @@ calls it once.
 """
 
 import ctypes
+import os
 
-__all__ = ["heap_free_bytes", "malloc_trim", "trim_heap"]
+__all__ = ["available_memory", "heap_free_bytes", "malloc_trim", "trim_heap"]
 
 
 def _glibc(name):
@@ -56,3 +58,49 @@ def trim_heap():
     trim = malloc_trim()
     if trim is not None:
         trim()
+
+
+def _meminfo_available(path="/proc/meminfo"):
+    """``MemAvailable`` of Linux's ``/proc/meminfo`` in bytes, or None."""
+    try:
+        with open(path) as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    value, unit = line.split()[1:3]
+                    return int(value) * (1024 if unit.lower() == "kb" else 1)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def available_memory():
+    """Bytes of memory this machine can give a new allocation without swapping, or None.
+
+    :mod:`psutil`'s ``virtual_memory().available`` when it is installed, else Linux's
+    ``MemAvailable`` (free memory plus the page cache the kernel can reclaim), else the
+    free physical pages (``os.sysconf``); None where none of them can be read.
+
+    Returns
+    -------
+    int or None
+
+    Examples
+    --------
+    >>> from minip_learn._memory import available_memory
+    >>> free = available_memory()
+    >>> free is None or free > 0
+    True
+    """
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except (ImportError, AttributeError, OSError):
+        pass
+    free = _meminfo_available()
+    if free is not None:
+        return free
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None

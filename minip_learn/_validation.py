@@ -567,3 +567,95 @@ def check_device(device):
     elif dev.type != "cpu":
         raise ValueError(f"device {device!r} is not supported; use 'cpu', 'cuda' or 'cuda:N'.")
     return str(dev)
+
+
+# -- sizes of models: the memory a fit of given hyperparameters needs -------------------
+# (the ``"size": True`` option of a constraint of :func:`check_params` marks a
+# hyperparameter whose value sets how much memory a fit takes; the estimators check
+# those at fit, before anything is allocated)
+
+#: The memory a fit may take when the free memory of its device cannot be told: 1 TiB.
+UNKNOWN_MEMORY_CAP = 2**40
+
+
+def size_parameters(constraints):
+    """The hyperparameters of a constraints table that set the size of a model.
+
+    Parameters
+    ----------
+    constraints : dict of str to spec
+        A table of :func:`check_params`; a spec ``(kind, options)`` whose options have
+        ``"size": True`` marks a size (a rank, a state or hidden dimension).
+
+    Returns
+    -------
+    names : list of str
+        In the table's order.
+
+    Examples
+    --------
+    >>> table = {"rank": ("int", {"min": 1, "size": True}), "lr": ("real", {"min": 0.0})}
+    >>> size_parameters(table)
+    ['rank']
+    """
+    return [name for name, spec in constraints.items()
+            if not callable(spec) and len(spec) > 1 and spec[1].get("size")]
+
+
+def format_bytes(n_bytes):
+    """A number of bytes in decimal units for a message (``"16.0 GB"``).
+
+    Examples
+    --------
+    >>> format_bytes(16 * 10**9), format_bytes(3 * 10**6), format_bytes(4 * 10**30)
+    ('16.0 GB', '3.0 MB', '4e+21 GB')
+    """
+    n_bytes = float(n_bytes)
+    if n_bytes < 10**8:
+        return f"{n_bytes / 10**6:.1f} MB"
+    gb = n_bytes / 10**9
+    return f"{gb:.1f} GB" if gb < 10**6 else f"{gb:.3g} GB"
+
+
+def check_fits_in_memory(name, value, needed, available, *, detail, where):
+    """Raise a ValueError unless ``needed`` bytes fit in the ``available`` ones.
+
+    Parameters
+    ----------
+    name : str
+        The size hyperparameter the need is blamed on.
+    value : int
+        Its value.
+    needed : int
+        Bytes the fit needs (a Python int: any size, no overflow).
+    available : int or None
+        Bytes available on the device; None when they cannot be told, in which case a
+        fit may take at most :data:`UNKNOWN_MEMORY_CAP`.
+    detail : str
+        What the bytes are, for the message.
+    where : str
+        The device in words (``"this machine"``, ``"cuda:0"``).
+
+    Raises
+    ------
+    ValueError
+        ``"<name>=<value> needs about <bytes> of memory to train (<detail>); <where>
+        has <bytes> available."``
+
+    Examples
+    --------
+    >>> check_fits_in_memory("rank", 4, 10**6, 10**9, detail="x", where="this machine")
+    >>> check_fits_in_memory("rank", 10**9, 16 * 10**9, 10**9, detail="its weights",
+    ...                      where="this machine")
+    Traceback (most recent call last):
+    ...
+    ValueError: rank=1000000000 needs about 16.0 GB of memory to train (its weights); this machine has 1.0 GB available.
+    """
+    limit = UNKNOWN_MEMORY_CAP if available is None else available
+    if needed <= limit:
+        return
+    have = (f"{where} has {format_bytes(available)} available" if available is not None
+            else f"the free memory of {where} cannot be told, and a fit may take at most "
+                 f"{format_bytes(UNKNOWN_MEMORY_CAP)}")
+    raise ValueError(f"{name}={value} needs about {format_bytes(needed)} of memory to train "
+                     f"({detail}); {have}.")

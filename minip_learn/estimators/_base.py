@@ -3,7 +3,8 @@ prediction, persistence.
 
 ``__init__`` stores friendly hyperparameters (``rank=``, ``feature_map=``,
 ``score_dim=`` ...). ``fit`` checks them once against the class's
-``_parameter_constraints`` table, validates the data, and trains the torch head of
+``_parameter_constraints`` table (and the memory the sizes it marks need, before
+anything is allocated), validates the data, and trains the torch head of
 :mod:`minip_learn.nn` through :func:`minip_learn.training.train_members` as a stack of
 one member (restarts one after the other); ``fit_members`` trains many members at
 once through the same function. The fitted skorch net is
@@ -25,7 +26,6 @@ decides the last position, so they need materialised sequences.
 
 import copy
 import math
-import os
 import warnings
 from typing import NamedTuple
 
@@ -36,12 +36,15 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import Bunch
 from sklearn.utils.validation import check_is_fitted
 
+from .._memory import available_memory
 from .._validation import (
+    check_fits_in_memory,
     check_minip_targets,
     check_params,
     check_sequences,
     check_targets,
     distinct_tokens,
+    size_parameters,
 )
 from ..compact import is_compact
 from ..metrics import TOLERANCE, sequence_exact_match
@@ -68,15 +71,57 @@ def _available_memory(device):
         if dev.type == "cuda":
             return int(torch.cuda.mem_get_info(dev)[0])
         if dev.type == "cpu":
-            try:
-                import psutil
-
-                return int(psutil.virtual_memory().available)
-            except ImportError:
-                return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+            return available_memory()
     except (AttributeError, ValueError, OSError, RuntimeError):
         return None
     return None
+
+
+# -- the memory a fit needs, told before anything is allocated ------------------------
+#: Sizes up to this are counted exactly, the head built on torch's ``meta`` device
+#: (shapes without storage); the entries of a larger size are extrapolated from builds
+#: at this size and at twice it (linearly: the heads' entries grow linearly in each size).
+_EXACT_SIZE = 256
+
+#: Values kept per trained parameter: the parameter and its gradient, and Adam's two
+#: moments.
+_STATE_PER_PARAMETER = {torch.optim.Adam: 4, torch.optim.AdamW: 4, torch.optim.SGD: 2}
+
+
+def _meta_entries(build, params):
+    """``(parameters, buffer entries)`` of ``build(**params)`` built on the meta device:
+    nothing is allocated, and no random number is drawn (meta tensors have no values)."""
+    with torch.device("meta"):
+        module = build(**params)
+    return (sum(p.numel() for p in module.parameters()),
+            sum(b.numel() for b in module.buffers()))
+
+
+def _module_entries(build, params, sizes):
+    """``(parameters, buffer entries, growth)`` of the head ``build(**params)``.
+
+    A size of ``sizes`` above :data:`_EXACT_SIZE` is extrapolated from builds at that
+    size and twice it; ``growth`` maps each such size to the entries it adds. A head
+    that cannot be built at those sizes (a rank tied to another option) is built at its
+    own.
+    """
+    large = [k for k in sizes if type(params.get(k)) is int and params[k] > _EXACT_SIZE]
+    if large:
+        base = {**params, **dict.fromkeys(large, _EXACT_SIZE)}
+        try:
+            counts = list(_meta_entries(build, base))
+            growth = {}
+            for k in large:
+                bigger = _meta_entries(build, {**base, k: 2 * _EXACT_SIZE})
+                grown = [max(0, b - a) * (params[k] - _EXACT_SIZE) // _EXACT_SIZE
+                         for a, b in zip(counts[:2], bigger)]
+                counts = [c + g for c, g in zip(counts, grown)]
+                growth[k] = sum(grown)
+            return counts[0], counts[1], growth
+        except Exception:  # noqa: BLE001 - e.g. a map whose rank is tied to proj_dim
+            pass
+    n_params, n_buffers = _meta_entries(build, params)
+    return n_params, n_buffers, {}
 
 
 def _is_out_of_memory(exc):
@@ -216,7 +261,90 @@ class AttentionEstimator(BaseEstimator):
         else the reason."""
         return None
 
+    def _check_buildable(self, X, module_params, checked):
+        """Build a head of ``module_params`` once when its code is the user's (a
+        ValueError naming it when it cannot be built or gives wrong outputs on ``X``);
+        called after :meth:`_check_memory`."""
+
+    def _counted(self, module_params):
+        """Whether a head of ``module_params`` is the library's own, whose parameters
+        :meth:`_check_memory` counts by building it on the meta device (a user's code
+        is not run for that)."""
+        return True
+
+    def _activation_width(self, module_params):
+        """Values the head computes at once for every position of a batch that grow
+        with its size (e.g. ``rank`` features), or 0."""
+        return 0
+
     # -- validation ----------------------------------------------------------------
+    def _check_memory(self, data, checked, members, *, restarts=1):
+        """Refuse sizes whose training would not fit in the memory of the device.
+
+        The need is counted before anything is allocated: the parameters and buffers
+        of every head ``members`` (their module parameters; each trained ``restarts``
+        times at once), counted on the meta device (sizes above
+        :data:`_EXACT_SIZE` extrapolated, in Python ints: any size), with their
+        gradients and optimizer state, plus the size-wide values the heads compute for
+        every position of a batch, in the training dtype. A ValueError naming the size
+        hyperparameter and the bytes when the need exceeds the device's available
+        memory (see :func:`~minip_learn._validation.check_fits_in_memory`).
+        """
+        sizes = size_parameters(self._parameter_constraints)
+        if not sizes:
+            return
+        dtype = checked["dtype"]
+        itemsize = torch.finfo(dtype).bits // 8
+        per_param = _STATE_PER_PARAMETER.get(checked["optimizer"], 2)
+        n_seq, seq_len = data.tokens.shape[:2]
+        positions = min(checked["batch_size"] or n_seq, n_seq) * seq_len
+        n_params = n_buffers = width = 0
+        growth = dict.fromkeys(sizes, 0)
+        counted, seen = True, {}
+        build = self._module_class(members[0])
+        for module_params in members:
+            width += self._activation_width(module_params)
+            if not counted:
+                continue
+            key = tuple(repr(module_params.get(k)) for k in sizes)
+            if key not in seen:
+                try:
+                    seen[key] = (_module_entries(build, module_params, sizes)
+                                 if self._counted(module_params) else None)
+                except Exception:  # noqa: BLE001 - not countable: activations only
+                    seen[key] = None
+            if seen[key] is None:
+                counted = False
+                continue
+            p, b, grown = seen[key]
+            n_params, n_buffers = n_params + p, n_buffers + b
+            for k, g in grown.items():
+                growth[k] += g
+        if not counted:
+            n_params = n_buffers = 0
+        needed = restarts * ((per_param * n_params + n_buffers) * itemsize
+                             + positions * width * itemsize)
+        values = {k: max([m.get(k, checked.get(k)) for m in members
+                          if type(m.get(k, checked.get(k))) is int], default=0) for k in sizes}
+        name = max(sizes, key=lambda k: (growth[k], values[k]))
+        parts = []
+        if n_params:
+            parts.append(f"{n_params:,} parameters with their gradients and optimizer "
+                         f"state, {per_param} values each")
+        if n_buffers:
+            parts.append(f"{n_buffers:,} buffer values")
+        if width:
+            parts.append(f"{positions * width:,} values computed for the {positions:,} "
+                         "positions of a batch")
+        heads = restarts * len(members)
+        detail = ", ".join(parts) + f", in {str(dtype).replace('torch.', '')}"
+        if heads > 1:
+            detail += f", for a stack of {heads:,} heads"
+        device = torch.device(checked["device"])
+        check_fits_in_memory(
+            name, values[name], needed, _available_memory(device), detail=detail,
+            where="this machine" if device.type == "cpu" else str(device))
+
     def _check_params(self):
         """Every hyperparameter of the constraints table, checked and normalised."""
         checked = check_params(self.get_params(deep=False), self._parameter_constraints)
@@ -315,10 +443,20 @@ n_slots)
         -------
         self : object
             The fitted estimator.
+
+        Raises
+        ------
+        ValueError
+            For bad hyperparameters or data, and for sizes (``rank``, ``score_dim``,
+            ``state_size`` ...) whose head would not fit in the device's memory:
+            ``"rank=1000000000 needs about 160.0 GB of memory to train (...); this
+            machine has 31.2 GB available."``, before anything is allocated.
         """
         data, y2, fitted = self._validate_data(X, y, check_minip)
         checked = self._check_params()
         module_params = self._module_params(data.tokens, checked, fitted)
+        self._check_memory(data, checked, [module_params])
+        self._check_buildable(data.tokens, module_params, checked)
         res = self._train(data, y2, [(module_params, self.random_state)], checked,
                           batched=False, query=fitted["query_"])
         # Everything fitted is set together, after training: a fit that raises leaves
@@ -358,8 +496,9 @@ n_slots)
         ValueError
             For other parameters than ``rank`` and ``random_state``, modules that
             train one by one only (several heads or layers, MLP readouts, class
-            logits), mini-batches or ``callbacks`` (with several members), or any
-            input ``fit`` rejects.
+            logits), mini-batches or ``callbacks`` (with several members), any
+            input ``fit`` rejects, or a stack (every member, ``n_init`` times) that
+            would not fit in the device's memory.
 
         Examples
         --------
@@ -391,8 +530,12 @@ n_slots)
                 # members differ only in rank and seed: check (and e.g. collect the
                 # vocabulary of the table map) once per rank
                 checked = est._check_params()
-                by_key[key] = est._module_params(X3, checked, fitted)
-            members.append((copy.deepcopy(by_key[key]), est.random_state))
+                by_key[key] = (est._module_params(X3, checked, fitted), est, checked)
+            members.append((copy.deepcopy(by_key[key][0]), est.random_state))
+        # the whole stack (members x restarts, trained at once) must fit in memory
+        self._check_memory(data, checked, [m for m, _ in members], restarts=checked["n_init"])
+        for module_params, est, est_checked in by_key.values():
+            est._check_buildable(X3, module_params, est_checked)
         reason = self._stackable(members[0][0])
         if reason is not None and len(members) * checked["n_init"] > 1:
             raise ValueError(

@@ -33,13 +33,13 @@ class KernelAttentionBase(AttentionEstimator):
         "feature_map": _check_feature_map,
         "feature_kwargs": ("instance", {"types": (dict,), "none": True,
                                         "what": "a dict or None"}),
-        "rank": ("int", {"min": 1}),
+        "rank": ("int", {"min": 1, "size": True}),
         "n_heads": ("int", {"min": 1}),
         "n_layers": ("int", {"min": 1}),
         "readout": ("choice", {"options": ("affine", "mlp")}),
-        "readout_width": ("int", {"min": 1}),
-        "value_dim": ("int", {"min": 1, "none": True}),
-        "feature_width": ("int", {"min": 1}),
+        "readout_width": ("int", {"min": 1, "size": True}),
+        "value_dim": ("int", {"min": 1, "none": True, "size": True}),
+        "feature_width": ("int", {"min": 1, "size": True}),
         "feature_depth": ("int", {"min": 0}),
         "shared_features": ("bool",),
         "causal": ("bool",),
@@ -130,8 +130,6 @@ class KernelAttentionBase(AttentionEstimator):
                                           "feature_depth", "shared_features")}
         params.update(n_bits=X.shape[2], feature_kwargs=feature_kwargs)
         params.update(self._order_params(X, checked))
-        if not is_registered(checked["feature_map"]):
-            self._check_user_map(X, params, checked["dtype"])
         beyond = dict(n_heads=checked["n_heads"], n_layers=checked["n_layers"],
                       readout=checked["readout"], readout_width=checked["readout_width"],
                       n_outputs=self._n_outputs(fitted))
@@ -177,6 +175,20 @@ class KernelAttentionBase(AttentionEstimator):
                     f"but {type(self).__name__} with {' and '.join(options)} depends on the "
                     "order of the tokens: pass the materialised sequences (X.expand()).")
         return super()._validate_X(X, reset=reset)
+
+    def _check_buildable(self, X, module_params, checked):
+        if not is_registered(module_params["feature_map"]):
+            head = {k: v for k, v in module_params.items()
+                    if k not in ("n_heads", "n_layers", "readout", "readout_width",
+                                 "n_outputs")}
+            self._check_user_map(X, head, checked["dtype"])
+
+    def _counted(self, module_params):
+        return is_registered(module_params["feature_map"])
+
+    def _activation_width(self, module_params):
+        # the query and key features of every position: rank values per map, each head
+        return module_params["rank"] * module_params.get("n_heads", 1)
 
     @staticmethod
     def _check_user_map(X, params, dtype):

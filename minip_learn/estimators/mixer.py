@@ -1,12 +1,19 @@
-"""Any sequence mixer as a regressor: the built-in mixers of :mod:`minip_learn.nn`
-(kernel, RetNet, linear, gated and delta-rule attention, a selective SSM, causal
-softmax) or a user's torch module, trained through the pipeline of the heads."""
+"""Any sequence mixer as a regressor: a registered mixer of :mod:`minip_learn.nn`
+(:func:`~minip_learn.nn.available_mixers`) or a user's torch module, trained through
+the pipeline of the heads."""
 
 import numpy as np
 import torch
 
 from ..compact import is_compact
-from ..nn.mixers import check_mixer_output, get_mixer, make_mixer, mixer_name
+from ..nn.feature_maps import is_registered
+from ..nn.mixers import (
+    available_mixers,
+    check_mixer_output,
+    get_mixer,
+    make_mixer,
+    mixer_name,
+)
 from ._base import AttentionEstimator, AttentionRegressorMixin
 
 __all__ = ["SequenceMixerRegressor"]
@@ -22,6 +29,11 @@ def _build_mixer(mixer, n_bits, state_size, mixer_kwargs=None):
     ``make_mixer(mixer, n_bits, state_size, **mixer_kwargs)`` (the net's ``module``,
     built from its ``module__*`` parameters)."""
     return make_mixer(mixer, n_bits, state_size, **(mixer_kwargs or {}))
+
+
+def _registered_mixers():
+    """The classes of the registered mixers."""
+    return [get_mixer(name) for name in available_mixers()]
 
 
 def _declared_state(module, seq_len):
@@ -54,9 +66,8 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
     Parameters
     ----------
     mixer : str, Mixer subclass or callable, default="kernel"
-        A registered mixer (see :func:`minip_learn.nn.available_mixers` and
-        :func:`minip_learn.nn.mixer_table`: ``"kernel"``, ``"retnet"``, ``"linear"``,
-        ``"gla"``, ``"deltanet"``, ``"mamba"``, ``"softmax"``), a
+        A registered mixer (the names of :func:`minip_learn.nn.available_mixers`,
+        declared in :func:`minip_learn.nn.mixer_table`), a
         :class:`~minip_learn.nn.Mixer` subclass, or a user's module: any
         :class:`torch.nn.Module` class or factory called as
         ``mixer(n_bits, state_size, **mixer_kwargs)``. Fit runs the module once on the
@@ -141,7 +152,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
     _parameter_constraints = {
         **AttentionEstimator._parameter_constraints,
         "mixer": _check_mixer,
-        "state_size": ("int", {"min": 1}),
+        "state_size": ("int", {"min": 1, "size": True}),
         "mixer_kwargs": ("instance", {"types": (dict,), "none": True,
                                       "what": "a dict or None"}),
     }
@@ -191,11 +202,20 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         data_kwargs = getattr(cls, "data_kwargs", None)
         if data_kwargs is not None:  # e.g. the token table of a kernel mixer's map
             kwargs.update(data_kwargs(X, **kwargs))
-        params = dict(mixer=checked["mixer"], n_bits=X.shape[2],
-                      state_size=checked["state_size"], mixer_kwargs=kwargs)
-        batch = X[:checked["batch_size"] or len(X)]
-        self._check_module(params, batch, checked["dtype"])
-        return params
+        return dict(mixer=checked["mixer"], n_bits=X.shape[2],
+                    state_size=checked["state_size"], mixer_kwargs=kwargs)
+
+    def _check_buildable(self, X, module_params, checked):
+        self._check_module(module_params, X[:checked["batch_size"] or len(X)],
+                           checked["dtype"])
+
+    def _counted(self, module_params):
+        # the library's mixers (and feature maps), never a user's code
+        mixer = module_params["mixer"]
+        if not (isinstance(mixer, str) or mixer in _registered_mixers()):
+            return False
+        feature_map = module_params["mixer_kwargs"].get("feature_map")
+        return feature_map is None or is_registered(feature_map)
 
     @staticmethod
     def _check_module(params, batch, dtype):

@@ -60,8 +60,8 @@ dtype, device, random_state, verbose
 
     _parameter_constraints = {
         **AttentionEstimator._parameter_constraints,
-        "score_dim": ("int", {"min": 1, "none": True}),
-        "value_dim": ("int", {"min": 1, "none": True}),
+        "score_dim": ("int", {"min": 1, "none": True, "size": True}),
+        "value_dim": ("int", {"min": 1, "none": True, "size": True}),
         "temperature": ("real", {"min": 0.0, "strict": True}),
         "causal": ("bool",),
     }
@@ -112,6 +112,10 @@ dtype, device, random_state, verbose
         if checked["causal"]:
             params["causal"] = True
         return params
+
+    def _activation_width(self, module_params):
+        # the queries of every position: score_dim values each (n_bits by default)
+        return module_params["score_dim"] or module_params["n_bits"]
 
     def _validate_X(self, X, *, reset):
         module = None if reset else getattr(getattr(self, "net_", None), "module_", None)

@@ -111,7 +111,7 @@ def _recipe(name):
 def __getattr__(name):
     if name in _LAZY:
         value = getattr(_recipe(_LAZY[name]), name)
-    elif name in EXPERIMENTS:
+    elif name in EXPERIMENTS or name == "_shared":
         value = _recipe(name)
     elif name == "SETTINGS":
         # the recipes' grids: SETTINGS[experiment]["quick" | "full"], each recipe's own

@@ -16,12 +16,19 @@ A run folder ``<out>/<name>-<config id>`` holds
   configuration. Each move is reported in one :class:`ResultsFolderWarning` line naming
   the file; the fit is then computed again.
 
+Every file is read strictly before it is used (:func:`read_json`: bounded nesting, no
+duplicate keys, NaN and Infinity only where the writer writes them) and checked
+against its declared fields (:data:`RECORD_FIELDS`, :data:`CONFIG_FIELDS`) and its file
+name: the parameters and seed of a fit record reproduce its ``fit_id``.
+
 A :class:`KeyedStore` keeps results that are not fits (e.g. the constructions of the
 scaling recipe) with the same files, writes, locks and checks: one folder holds the
 results of every configuration, each file named ``<key>-<config id>``.
 """
 
+import datetime
 import hashlib
+import itertools
 import json
 import math
 import numbers
@@ -52,6 +59,8 @@ _ASIDE = (_CORRUPT, _FOREIGN, _LOCKS)
 _FILE_FIELDS = ("config_id", "minip_learn_version", "estimator_sha256")
 #: columns that hold booleans (None while unknown)
 _BOOL_COLUMNS = ("solved", "below_certified_bound", "nonnegative", "theorem_applies")
+#: the scorers of :func:`~minip_learn.metrics.get_scorers`: numbers in every record
+_DEFAULT_SCORES = ("exact_match", "token_accuracy", "solved", "max_abs_error")
 
 
 class ResultsFolderWarning(UserWarning):
@@ -165,6 +174,307 @@ def to_frame(rows):
         if col in df and df[col].notna().all():
             df[col] = df[col].astype(bool)
     return df
+
+
+# -- reading files strictly -------------------------------------------------------------
+#: Deepest nesting of arrays and objects a results file may have; checked on the text,
+#: before it is parsed (a record is flat, a configuration two levels deep).
+MAX_JSON_DEPTH = 32
+
+_JSON_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _check_depth(text, limit=MAX_JSON_DEPTH):
+    depth = 0
+    for match in _JSON_BRACKETS.finditer(text):
+        char = match.group()
+        if char in "[{":
+            depth += 1
+            if depth > limit:
+                raise ValueError(f"nested deeper than {limit} levels")
+        elif char in "]}":
+            depth -= 1
+
+
+def _unique_keys(pairs):
+    obj = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"duplicate key {key!r}")
+        obj[key] = value
+    return obj
+
+
+def _finite_float(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def _check_text(value):
+    """Raise a ValueError for a string (anywhere in ``value``) that is not Unicode text
+    (an unpaired surrogate escape)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{value[:20]!r} is not Unicode text") from None
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _check_text(k)
+            _check_text(v)
+    elif isinstance(value, list):
+        for v in value:
+            _check_text(v)
+
+
+def read_json(text, *, nonfinite=False):
+    """Parse the text of a results file strictly.
+
+    Nesting deeper than :data:`MAX_JSON_DEPTH` is refused before parsing, and so are
+    duplicate keys in an object, numbers out of the float range, strings that are not
+    Unicode text and, unless ``nonfinite``, the constants ``NaN``, ``Infinity`` and
+    ``-Infinity`` (which records write for non-finite scores and errors; a
+    configuration never holds them).
+
+    Parameters
+    ----------
+    text : str
+    nonfinite : bool, default=False
+        Accept ``NaN``, ``Infinity`` and ``-Infinity``.
+
+    Returns
+    -------
+    object
+
+    Raises
+    ------
+    ValueError
+        Naming what is wrong.
+
+    Examples
+    --------
+    >>> from minip_learn.model_selection._store import read_json
+    >>> read_json('{"rank": 2, "max_abs_error": Infinity}', nonfinite=True)
+    {'rank': 2, 'max_abs_error': inf}
+    >>> read_json('{"rank": 2, "rank": 64}')
+    Traceback (most recent call last):
+    ...
+    ValueError: duplicate key 'rank'
+    """
+    _check_depth(text)
+
+    def constant(name):
+        if not nonfinite:
+            raise ValueError(f"{name} is not allowed in this file")
+        return float(name)
+
+    value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=constant,
+                       parse_float=_finite_float)
+    _check_text(value)
+    return value
+
+
+def _read_json_file(path, *, nonfinite=False):
+    """:func:`read_json` of the file ``path`` (a UTF-8 text)."""
+    return read_json(Path(path).read_text(encoding="utf-8"), nonfinite=nonfinite)
+
+
+# -- the declared fields of the files -----------------------------------------------------
+def _is_int(v):
+    return type(v) is int
+
+
+def _is_text(v):
+    return type(v) is str
+
+
+def _is_number(v):
+    return type(v) in (int, float)
+
+
+def _is_time(v):
+    return _is_number(v) and math.isfinite(v) and v >= 0
+
+
+def _is_iso_time(v):
+    try:
+        datetime.datetime.fromisoformat(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _is_sha256(v):
+    return _is_text(v) and re.fullmatch(r"[0-9a-f]{64}", v) is not None
+
+
+def _or_null(check):
+    return lambda v: v is None or check(v)
+
+
+#: The fields of a fit record: ``name -> (what it holds, check, required)``. Any other
+#: field is a swept parameter, a score of the sweep's scorers (a number, ``NaN`` and
+#: ``Infinity`` included) or a tag (any JSON value).
+RECORD_FIELDS = {
+    "fit_id": ("text: the stem of the file name after fit-", _is_text, True),
+    "estimator": ("text: the estimator's class name", _is_text, True),
+    "seed": ("an integer or null", _or_null(_is_int), True),
+    "rank": ("an integer or null", _or_null(_is_int), False),
+    "feature_map": ("text or null", _or_null(_is_text), False),
+    "solved": ("true or false", lambda v: type(v) is bool, True),
+    "n_epochs": ("an integer", _is_int, True),
+    "train_max_error": ("a number (NaN and Infinity allowed)", _is_number, True),
+    "fit_time": ("a finite number >= 0", _is_time, True),
+    "fit_cpu_time": ("a finite number >= 0", _is_time, True),
+    "score_time": ("a finite number >= 0", _is_time, True),
+    "device": ("text", _is_text, True),
+    "n_threads": ("an integer >= 1", lambda v: _is_int(v) and v >= 1, True),
+    "ensemble": ("true or false", lambda v: type(v) is bool, True),
+    "nonnegative": ("true, false or null", _or_null(lambda v: type(v) is bool), True),
+    "theorem_applies": ("true, false or null", _or_null(lambda v: type(v) is bool), True),
+    "certified_min_rank": ("an integer >= 0 or null",
+                           _or_null(lambda v: _is_int(v) and v >= 0), True),
+    "below_certified_bound": ("true, false or null",
+                              _or_null(lambda v: type(v) is bool), True),
+    "host": ("text", _is_text, True),
+    "pid": ("an integer >= 0", lambda v: _is_int(v) and v >= 0, True),
+    "finished_at": ("an ISO 8601 time", _is_iso_time, True),
+    "config_id": ("text", _is_text, True),
+    "minip_learn_version": ("text", _is_text, True),
+    "estimator_sha256": ("64 lowercase hexadecimal digits", _is_sha256, False),
+}
+
+#: The fields of a run folder's ``config.json`` (all required, no others).
+CONFIG_FIELDS = {
+    "estimator": ("text: the estimator's class name", _is_text, True),
+    "params": ("an object: the fixed parameters", lambda v: type(v) is dict, True),
+    "data": ("text: the data's fingerprint", _is_text, True),
+    "scoring": ("a list of text: the scorers' names",
+                lambda v: type(v) is list and all(map(_is_text, v)), True),
+    "config_id": ("text", _is_text, True),
+    "minip_learn_version": ("text", _is_text, True),
+    "repr": ("text: the estimator's repr", _is_text, True),
+}
+
+#: The fields of a keyed store's record that are about the file (the others are the
+#: result's, any JSON values).
+_KEYED_FIELDS = {
+    "key": ("text: the stem of the file name", _is_text, True),
+    "config_id": ("text", _is_text, True),
+    "minip_learn_version": ("text", _is_text, True),
+    "estimator_sha256": ("64 lowercase hexadecimal digits", _is_sha256, False),
+}
+
+#: Record fields that a sweep computes (never a swept parameter).
+_COMPUTED = frozenset(RECORD_FIELDS) - {"rank", "feature_map", "device"}
+
+
+def _show(value):
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _table_problem(row, table, *, numbers=(), closed=False):
+    """The first field of ``row`` that breaks ``table`` (see :data:`RECORD_FIELDS`), in
+    words, or None. ``numbers``: other fields that must be numbers; ``closed``: no
+    other field is allowed."""
+    for name, (what, check, required) in table.items():
+        if name not in row:
+            if required:
+                return f"field {name!r} is missing"
+        elif not check(row[name]):
+            return f"field {name!r} is {_show(row[name])}, not {what}"
+    for name in numbers:
+        if name in table:
+            continue
+        if name not in row:
+            return f"field {name!r} (a score) is missing"
+        if not _is_number(row[name]):
+            return f"field {name!r} is {_show(row[name])}, not a number (a score)"
+    if closed:
+        extra = sorted(set(row) - set(table))
+        if extra:
+            return f"field {extra[0]!r} is not a field of this file"
+    return None
+
+
+def _canonical(value):
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+#: Most candidate parameter fields :func:`_key_problem` tries subsets of.
+_MAX_KEY_CANDIDATES = 14
+
+
+def _key_problem(row, key, candidates, tried=None):
+    """Why the parameters and seed of ``row`` do not give the fit key ``key``, or None.
+
+    The parameters are a subset of the fields ``candidates`` (the swept parameters, or
+    every field that could be one): the subset whose :func:`fit_key` hash with the
+    row's seed is the key's (sets in ``tried`` first, and the one found added).
+    """
+    prefix, _, tag = key.rpartition("_")
+    seed = row.get("seed")
+    names = sorted(k for k in candidates if k in row and k != "seed")
+    if len(names) > _MAX_KEY_CANDIDATES and len(prefix) < 55:
+        # too many to try every subset: a number or a text among the parameters is
+        # named in the key's readable part (when that is not cut at its 60 characters)
+        names = [k for k in names if f"{k}=" in prefix or not (
+            isinstance(row[k], (str, numbers.Number)) and not isinstance(row[k], bool))]
+    if len(names) > _MAX_KEY_CANDIDATES:
+        return (f"{len(names)} fields could be parameters; more than "
+                f"{_MAX_KEY_CANDIDATES} cannot be checked against its fit_id")
+    tried = [] if tried is None else tried
+    subsets = itertools.chain(
+        [t for t in tried if t <= set(names)],
+        (frozenset(c) for n in range(len(names), -1, -1)
+         for c in itertools.combinations(names, n)))
+    for subset in subsets:
+        params = {k: row[k] for k in subset}
+        if digest({"params": params, "seed": seed}, 8) == tag:
+            if subset not in tried:
+                tried.append(subset)
+            return None
+    for k in names + ["seed"]:
+        named = re.search(rf"(?:^|_){re.escape(k)}=(.+?)(?=_[A-Za-z][A-Za-z0-9_]*=|$)",
+                          prefix)
+        if named and _slug(f"{k}={row.get(k)}") != f"{k}={named.group(1)}":
+            return (f"field {k!r} is {_show(row.get(k))}, but its file is the fit with "
+                    f"{k}={named.group(1)}")
+    shown = [f"{k}={_show(row[k])}" for k in names] + [f"seed={_show(seed)}"]
+    return f"its {', '.join(shown)} do not give the fit_id of its file name ({key})"
+
+
+def _fixed_problem(row, fixed):
+    """A field of ``row`` that contradicts the fixed parameters ``fixed`` (a
+    configuration's ``params``), in words, or None."""
+    if "rank" in fixed and "rank" in row and _canonical(row["rank"]) != _canonical(
+            fixed["rank"]):
+        return (f"field 'rank' is {_show(row['rank'])}, but its configuration has "
+                f"rank={_show(fixed['rank'])}")
+    return None
+
+
+def _parameter_fields(row, scoring, fixed):
+    """The fields of a record that could be swept parameters (when the swept names are
+    not known): neither computed by the fit, nor a score, nor a fixed parameter."""
+    return [k for k in row if k not in _COMPUTED and k not in scoring
+            and k not in _DEFAULT_SCORES and k not in fixed]
+
+
+def _config_problem(config):
+    """What is wrong with a parsed ``config.json``, in words, or None."""
+    if not isinstance(config, dict):
+        return "not a JSON object"
+    problem = _table_problem(config, CONFIG_FIELDS, closed=True)
+    if problem is None:
+        ours = {k: config[k] for k in ("estimator", "params", "data", "scoring")}
+        if digest(ours, 10) != config["config_id"]:
+            problem = (f"its configuration does not give its config_id "
+                       f"({config['config_id']})")
+    return problem
 
 
 # -- atomic writes -----------------------------------------------------------------------
@@ -289,19 +599,21 @@ class RunFolder:
     #: the field of a record that holds its key (the stem of its file names)
     key_field = "fit_id"
 
-    def __init__(self, path, config):
+    def __init__(self, path, config, swept=None):
         self.path = Path(path)
         self.config = config
         self.config_id = digest(config, 10)
         self.version = _version()
+        self.swept = None if swept is None else frozenset(swept)
         self._locks = {}
+        self._key_sets = []  # the sets of fields found to be a record's parameters
 
     @classmethod
     def open(cls, out, name, estimator, X, y, swept, scoring):
         """Create (or reopen) the run folder of this configuration under ``out``."""
         config = _folder_config(estimator, X, y, swept, scoring)
         stem = _slug(name) if name else type(estimator).__name__
-        folder = cls(Path(out) / f"{stem}-{digest(config, 10)}", config)
+        folder = cls(Path(out) / f"{stem}-{digest(config, 10)}", config, swept)
         check_writable(folder.path)
         _remove_stale_temporaries(folder.path)
         folder._check_config(repr(estimator))
@@ -313,8 +625,9 @@ class RunFolder:
         return {"config_id": self.config_id, "minip_learn_version": self.version}
 
     # -- moving files aside --------------------------------------------------------------
-    def move_aside(self, path, kind, reason):
-        """Move ``path`` into ``corrupt/`` or ``foreign/`` and say so in one warning line."""
+    def move_aside(self, path, kind, reason, then="computed again"):
+        """Move ``path`` into ``corrupt/`` or ``foreign/`` and say so in one warning line
+        (ending with ``then``: what happens next)."""
         target_dir = self.path / kind
         target_dir.mkdir(exist_ok=True)
         target = target_dir / path.name
@@ -324,23 +637,33 @@ class RunFolder:
             os.replace(path, target)
         except FileNotFoundError:  # another sweep on this folder moved it first
             return
-        warnings.warn(f"{path}: {reason}; moved to {target} and computed again.",
+        warnings.warn(f"{path}: {reason}; moved to {target} and {then}.",
                       ResultsFolderWarning, stacklevel=4)
 
     def _check_config(self, estimator_repr):
+        """Keep a valid ``config.json`` of this configuration and version; move any
+        other aside (unreadable or invalid: ``corrupt/``, another version or
+        configuration: ``foreign/``) and write ours."""
         path = self.path / "config.json"
         ours = {**self.config, **self.stamp, "repr": estimator_repr}
+        then = "written again"
         if path.exists():
             try:
-                theirs = json.loads(path.read_text())
-                if not isinstance(theirs, dict):
-                    raise ValueError("not a JSON object")
+                theirs = _read_json_file(path)
             except (OSError, ValueError) as exc:
-                self.move_aside(path, _CORRUPT, f"unreadable ({_short(exc)})")
+                self.move_aside(path, _CORRUPT, f"unreadable ({_short(exc)})", then)
             else:
-                if {k: theirs.get(k) for k in self.stamp} == self.stamp:
+                problem = _config_problem(theirs)
+                if problem is not None and problem.startswith("its configuration") and (
+                        {k: theirs.get(k) for k in self.stamp} != self.stamp):
+                    problem = None  # another configuration's file: foreign, below
+                if problem is not None:
+                    self.move_aside(path, _CORRUPT, f"not a valid configuration ({problem})",
+                                    then)
+                elif {k: theirs[k] for k in self.stamp} == self.stamp:
                     return
-                self.move_aside(path, _FOREIGN, _foreign_reason(theirs, self.stamp))
+                else:
+                    self.move_aside(path, _FOREIGN, _foreign_reason(theirs, self.stamp), then)
         _write_json_atomic(path, ours)
 
     # -- records -------------------------------------------------------------------------
@@ -351,10 +674,16 @@ class RunFolder:
         return self.path / f"{_EST_PREFIX}{key}.joblib"
 
     def read_record(self, key):
-        """The record of fit ``key``, or None (a bad or foreign one is moved aside)."""
+        """The record of fit ``key``, or None (a bad or foreign one is moved aside).
+
+        The file is read strictly (:func:`read_json`) and checked: its ``fit_id`` is
+        ``key``, it is stamped with this folder's configuration and version (else it
+        is foreign), its fields are those of :data:`RECORD_FIELDS` and the scorers, and
+        its swept parameters and seed reproduce ``key``.
+        """
         path = self.record_path(key)
         try:
-            row = json.loads(path.read_text())
+            row = _read_json_file(path, nonfinite=True)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -366,7 +695,28 @@ class RunFolder:
         if {k: row.get(k) for k in self.stamp} != self.stamp:
             self.move_aside(path, _FOREIGN, _foreign_reason(row, self.stamp))
             return None
+        problem = self.record_problem(row, key)
+        if problem is not None:
+            self.move_aside(path, _CORRUPT, f"not a valid record of this fit ({problem})")
+            return None
         return row
+
+    def record_problem(self, row, key):
+        """What makes ``row`` (a parsed record) no record of fit ``key`` in this
+        folder, in words, or None."""
+        config = self.config
+        problem = _table_problem(row, RECORD_FIELDS, numbers=config.get("scoring", ()))
+        if problem is None and "estimator" not in (self.swept or ()) and (
+                row["estimator"] != config.get("estimator", row["estimator"])):
+            problem = (f"field 'estimator' is {_show(row['estimator'])}, but its "
+                       f"configuration is of {config['estimator']}")
+        if problem is None:
+            problem = _fixed_problem(row, config.get("params", {}))
+        if problem is None:
+            candidates = self.swept if self.swept is not None else _parameter_fields(
+                row, config.get("scoring", ()), config.get("params", {}))
+            problem = _key_problem(row, key, candidates, self._key_sets)
+        return problem
 
     def _fit_row(self, record):
         """A record without its file fields: the row of the fit, as a sweep returns it."""
@@ -428,6 +778,14 @@ class RunFolder:
         file's SHA-256)."""
         key = row[self.key_field]
         record = {**row, **self.stamp}
+        try:
+            problem = self.record_problem(
+                read_json(json.dumps(record, default=repr), nonfinite=True), key)
+        except ValueError as exc:  # nested too deep, text that is not Unicode
+            problem = str(exc)
+        if problem is not None:
+            raise ValueError(f"the row of fit {key!r} cannot be stored as a record its "
+                             f"folder would read back: {problem}.")
         if estimator is not None:
             path = self.estimator_path(key)
             _dump_atomic(path, estimator)
@@ -488,6 +846,10 @@ class _KeyedFolder(RunFolder):
     def _fit_row(self, record):
         return {k: v for k, v in record.items()
                 if k not in _FILE_FIELDS and k != self.key_field}
+
+    def record_problem(self, row, key):
+        # a result's own fields are any JSON values; the file's fields are checked
+        return _table_problem(row, _KEYED_FIELDS)
 
 
 class KeyedStore:
@@ -601,11 +963,30 @@ def _foreign_reason(row, stamp):
             f"not {stamp['config_id']})")
 
 
+def _reading_folder(path):
+    """A :class:`RunFolder` for checking the records of the run folder ``path`` (its
+    configuration from a valid ``config.json``, else none)."""
+    config = {}
+    try:
+        theirs = _read_json_file(path / "config.json")
+    except (OSError, ValueError):
+        theirs = None
+    if theirs is not None and _config_problem(theirs) is None:
+        config = {k: theirs[k] for k in ("estimator", "params", "data", "scoring")}
+    return RunFolder(path, config)
+
+
 def load_sweep(path):
     """Read the finished fits of a run folder, or of every run folder under a root.
 
     Files moved aside (``corrupt/``, ``foreign/``) are not read; a record that cannot
-    be read is skipped with a :class:`ResultsFolderWarning` naming it.
+    be read is skipped with a :class:`ResultsFolderWarning` naming it. A record that
+    parses but that :func:`rank_sweep` could not have written (a declared field
+    missing or of the wrong type, a score that is not a number, a ``fit_id`` other
+    than its file name's, parameters and seed that do not reproduce it, a rank other
+    than its configuration's; see :ref:`results-folders`) is a ValueError: its row is
+    never returned. The configuration of a run folder is read from its
+    ``config.json`` when that is valid.
 
     Parameters
     ----------
@@ -618,6 +999,12 @@ def load_sweep(path):
     results : pandas.DataFrame
         One row per finished fit (no duplicates: one file per fit).
 
+    Raises
+    ------
+    ValueError
+        ``"<file>: row '<fit_id>' is not a record rank_sweep writes: <field and
+        why>."``
+
     Examples
     --------
     >>> import tempfile
@@ -627,17 +1014,28 @@ def load_sweep(path):
     """
     path = Path(path)
     rows = []
+    folders = {}
     for f in sorted(path.rglob(f"{_FIT_PREFIX}*.json")):
         if f.parent.name in _ASIDE:
             continue
         try:
-            row = json.loads(f.read_text())
-            if not isinstance(row, dict):
-                raise ValueError("not a JSON object")
+            row = _read_json_file(f, nonfinite=True)
         except (OSError, ValueError) as exc:
             warnings.warn(f"{f}: unreadable ({_short(exc)}); skipped.", ResultsFolderWarning,
                           stacklevel=2)
             continue
+        key = f.stem[len(_FIT_PREFIX):]
+        if f.parent not in folders:
+            folders[f.parent] = _reading_folder(f.parent)
+        if not isinstance(row, dict):
+            problem = "not a JSON object"
+        elif row.get("fit_id") != key:
+            problem = (f"field 'fit_id' is {_show(row.get('fit_id'))}, not the {key!r} "
+                       "of its file name")
+        else:
+            problem = folders[f.parent].record_problem(row, key)
+        if problem is not None:
+            raise ValueError(f"{f}: row {key!r} is not a record rank_sweep writes: {problem}.")
         row.setdefault("run", f.parent.name)
         rows.append(row)
     return to_frame(rows)
