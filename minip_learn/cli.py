@@ -251,26 +251,11 @@ def _load_family(path):
 
 
 def _read_certificate(path):
-    import gzip
-
     from .theory import Certificate
 
     if not path.is_file():
         raise ValueError(f"certificate file {path} does not exist or is not a file.")
-
-    def read():
-        if path.suffix == ".gz":
-            with gzip.open(path, "rb") as fh:
-                return fh.read()
-        return path.read_bytes()
-
-    data = _reading(path, read)
-    try:
-        return Certificate.from_json(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{path} is not a UTF-8 JSON text.") from None
-    except ValueError as exc:
-        raise ValueError(f"{path}: {exc}") from None
+    return _reading(path, lambda: Certificate.from_file(path))
 
 
 def _certificate_out(args):

@@ -34,7 +34,6 @@ import math
 import numbers
 import os
 import re
-import socket
 import time
 import warnings
 from pathlib import Path
@@ -43,12 +42,14 @@ import joblib
 import numpy as np
 import pandas as pd
 
+from .._io import HOST_TAG as _HOST_TAG
+from .._io import TMP_PREFIX as _TMP_PREFIX
+from .._io import write_atomic
 from ..compact import is_compact
 
 __all__ = ["KeyedStore", "ResultsFolderWarning", "check_writable", "load_sweep"]
 
 _FIT_PREFIX = "fit-"
-_TMP_PREFIX = ".tmp-"
 _EST_PREFIX = "est-"
 _LOCKS = ".locks"
 _CORRUPT = "corrupt"
@@ -477,30 +478,7 @@ def _config_problem(config):
     return problem
 
 
-# -- atomic writes -----------------------------------------------------------------------
-_HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]
-
-
-def _tmp_path(path):
-    """Temporary name of a file being written: ``.tmp-<name>.<host tag>-<pid>``."""
-    return path.with_name(f"{_TMP_PREFIX}{path.name}.{_HOST_TAG}-{os.getpid()}")
-
-
-def _write_atomic(path, write):
-    """Call ``write(tmp)`` and move ``tmp`` to ``path``: the file exists complete or not.
-
-    The temporary file is removed if anything (an error, Ctrl-C) stops the write.
-    """
-    path = Path(path)
-    tmp = _tmp_path(path)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
+# -- atomic writes (temporary file, then rename: minip_learn._io) ---------------------------
 def _write_json_atomic(path, obj):
     """Write ``obj`` as JSON to ``path`` atomically (flushed to disk before the move)."""
     def write(tmp):
@@ -509,11 +487,11 @@ def _write_json_atomic(path, obj):
             fh.flush()
             os.fsync(fh.fileno())
 
-    _write_atomic(path, write)
+    write_atomic(path, write)
 
 
 def _dump_atomic(path, obj):
-    _write_atomic(path, lambda tmp: joblib.dump(obj, tmp))
+    write_atomic(path, lambda tmp: joblib.dump(obj, tmp))
 
 
 def _remove_stale_temporaries(folder):

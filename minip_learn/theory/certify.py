@@ -43,6 +43,7 @@ import itertools
 import json
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -343,12 +344,22 @@ class Certificate:
 
     @classmethod
     def from_json(cls, text):
-        """Read a certificate written by :meth:`to_json`.
+        """Read a certificate written by :meth:`to_json`, checking its format strictly.
+
+        Every field is checked for its JSON type, its range and its size before any
+        arithmetic: ``format`` must be
+        ``"minip-learn certificate"`` and ``version`` one of :data:`JSON_VERSIONS`;
+        integers must be JSON integers (not strings, floats or booleans); token indices
+        must index ``tokens``, denominators be at least 1 and at most what a chain of
+        the certificate's shape gives, overlap gaps lie in ``[-n_bits, n_bits]``;
+        unknown fields, duplicate keys, ``NaN``/``Infinity`` and nesting deeper than
+        :data:`MAX_JSON_DEPTH` are refused. Reading says nothing about the claims:
+        :func:`~minip_learn.theory.verify_certificate` checks them against a family.
 
         Parameters
         ----------
-        text : str
-            The JSON text.
+        text : str or bytes
+            The JSON text (bytes: UTF-8).
 
         Returns
         -------
@@ -357,59 +368,80 @@ class Certificate:
         Raises
         ------
         ValueError
-            If the text is not JSON or not a certificate (the message names the
-            missing or malformed field).
+            If the text is not JSON or not a certificate of a version this release
+            reads; the one-line message names the missing, unknown or malformed field.
+        TypeError
+            If ``text`` is neither a str nor bytes.
+
+        Examples
+        --------
+        >>> from minip_learn.theory import Certificate
+        >>> Certificate.from_json('{"format": "minip-learn certificate", "version": 7}')
+        Traceback (most recent call last):
+        ...
+        ValueError: certificate field 'version' is 7; this release reads version 1.
         """
         try:
-            doc = _loads(text)
-        except (TypeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"certificate is not valid JSON: {exc}") from None
-        if not isinstance(doc, dict) or doc.get("format") != JSON_FORMAT:
-            raise ValueError(f"not a certificate: expected a JSON object with "
-                             f"format={JSON_FORMAT!r}.")
+            return cls(**_certificate_fields(_document(text)))
+        except _FormatError as exc:
+            raise ValueError(str(exc)) from None
+
+    @classmethod
+    def from_file(cls, path):
+        """Read a certificate from a JSON file (:meth:`from_json`).
+
+        Parameters
+        ----------
+        path : str or os.PathLike
+            The file; a name ending in ``.gz`` is read as gzip-compressed JSON.
+
+        Returns
+        -------
+        certificate : Certificate
+
+        Raises
+        ------
+        ValueError
+            If the file is not complete gzip data (for ``.gz``), not UTF-8 text or
+            not a certificate (:meth:`from_json`); the message names the file.
+        OSError
+            If the file cannot be opened (e.g. :class:`FileNotFoundError`).
+        TypeError
+            If ``path`` is not a path.
+
+        Examples
+        --------
+        >>> import pathlib, tempfile
+        >>> from minip_learn.datasets import make_witness_suite
+        >>> from minip_learn.theory import Certificate
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "certificate.json"
+        >>> _ = path.write_text(make_witness_suite(construction="small").certificate.to_json())
+        >>> Certificate.from_file(path).certified_min_rank
+        8
+        """
+        import gzip
+        import io
+        import os
+        import zlib
+
+        name = os.fsdecode(os.fspath(path))
+        with open(path, "rb") as raw:
+            try:
+                if name.endswith(".gz"):
+                    with gzip.GzipFile(fileobj=raw) as fh:
+                        text = io.TextIOWrapper(fh, encoding="utf-8", newline="").read()
+                else:
+                    text = io.TextIOWrapper(raw, encoding="utf-8", newline="").read()
+            except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+                raise ValueError(f"certificate file {name} is not complete gzip data "
+                                 f"({_one_line(exc, 120)}).") from None
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"certificate file {name} is not UTF-8 text "
+                                 f"({_one_line(exc, 120)}).") from None
         try:
-            m = int(doc["n_bits"])
-            toks = doc["tokens"]
-            if any(len(t) != m or set(t) - {"0", "1"} for t in toks):
-                raise ValueError(f"every token must be a string of {m} characters 0/1")
-            tokens = np.array([[c == "1" for c in t] for t in toks],
-                              dtype=np.uint8).reshape(len(toks), m)
-            qi = np.array(doc["query_index"], dtype=np.int64)
-            ki = np.array(doc["key_index"], dtype=np.int64)
-            n = len(qi)
-            K = np.ones((n, n), dtype=object)
-            if isinstance(doc["eps_denominators"], np.ndarray):   # read by numpy
-                K = K.astype(np.int64)
-                K[:len(doc["eps_denominators"])] = doc["eps_denominators"]
-            else:
-                for i, row in enumerate(doc["eps_denominators"]):
-                    K[i, :] = [int(k) for k in row]
-            K = _as_int64_if_fits(K)
-            eps = reciprocals(K).reshape(n, n)
-            if n:
-                np.fill_diagonal(eps, 1.0)
-            num, den = str(doc["frobenius_value"]).split("/")
-            cert = cls(
-                certified_min_rank=int(doc["certified_min_rank"]),
-                seq_len=int(doc["seq_len"]), n_bits=m, tokens=tokens,
-                queries=tokens[qi], keys=tokens[ki], query_index=qi, key_index=ki,
-                eps=eps, eps_denominators=K,
-                overlap_gaps=np.array(doc["overlap_gaps"], dtype=np.int64).reshape(n, n),
-                parents=doc["parents"] if isinstance(doc["parents"], ChainTrees) else
-                ChainTrees.from_dicts({int(c): int(p) for c, p in par} for par in doc["parents"]),
-                frobenius_value=Fraction(int(num), int(den)),
-                diagonally_dominant=bool(doc["diagonally_dominant"]),
-                n_constraints=int(doc["n_constraints"]), reason=str(doc["reason"]),
-                strategy=str(doc.get("strategy", "none")),
-                exhaustive=bool(doc.get("exhaustive", False)),
-                query=_check_query(doc.get("query", "all")),
-                positional=bool(doc.get("positional", False)),
-            )
-        except KeyError as exc:
-            raise ValueError(f"certificate lacks the field {exc.args[0]!r}.") from None
-        except (TypeError, ValueError, IndexError) as exc:
-            raise ValueError(f"malformed certificate: {exc}") from None
-        return cert
+            return cls.from_json(text)
+        except ValueError as exc:
+            raise ValueError(f"certificate file {name}: {exc}") from None
 
 
 def _overlap_gaps(ov, qi, ki, m):
@@ -459,91 +491,545 @@ def _sorted_pairs(tree):
     return sorted([int(c), int(p)] for c, p in tree.items())
 
 
-def _loads(text):
-    """``json.loads`` of a certificate; the values of the ``n x n`` fields longer than
-    :data:`LARGE_JSON_VALUE` are read row by row by numpy (``eps_denominators`` and
-    ``overlap_gaps`` as int64 arrays, ``parents`` as :class:`ChainTrees`), and fall back
-    to ``json`` whenever they are not plain nested lists of int64 integers."""
-    if not isinstance(text, str) or len(text) < LARGE_JSON_VALUE:
-        return json.loads(text)
-    pieces, arrays, pos = [], {}, 0
-    for m in re.finditer(r'"(eps_denominators|overlap_gaps|parents)"\s*:\s*(?=\[)', text):
-        stop = re.compile(r"[^\[\]0-9,\s-]").search(text, m.end())
-        end = text.rfind("]", m.end(), stop.start() if stop else len(text)) + 1
-        if end - m.end() < LARGE_JSON_VALUE:
-            continue
-        value = _parse_rows(text[m.end():end], pairs=m.group(1) == "parents")
-        if value is not None:
-            arrays[m.group(1)] = value
-            pieces += [text[pos:m.end()], "null"]
-            pos = end
-    doc = json.loads("".join(pieces) + text[pos:] if pieces else text)
-    if isinstance(doc, dict):
-        doc.update(arrays)
+# ------------------------------------------------------------------ reading, strictly
+#: the versions :meth:`Certificate.from_json` reads
+JSON_VERSIONS = (1,)
+#: fields every certificate holds
+REQUIRED_FIELDS = (
+    "format", "version", "certified_min_rank", "seq_len", "n_bits", "tokens",
+    "query_index", "key_index", "eps_denominators", "overlap_gaps", "parents",
+    "frobenius_value", "diagonally_dominant", "n_constraints", "reason",
+)
+#: fields a certificate may lack (written before they existed), with their values then
+OPTIONAL_FIELDS = {"strategy": "none", "exhaustive": False, "query": "all",
+                   "positional": False}
+#: the searches a certificate may name; ``"none"`` when it lists no (query, key) pair
+STRATEGIES = ("none", "greedy by degree", "greedy in order of reach",
+              "greedy by degree, one key per query", "exhaustive search")
+#: deepest nesting read (a certificate nests 4 deep: object, parents, row, pair)
+MAX_JSON_DEPTH = 8
+#: largest ``seq_len`` and ``n_bits`` read
+MAX_DIMENSION = 2**31 - 1
+#: largest ``certified_min_rank`` and ``n_constraints`` read
+MAX_COUNT = 2**63 - 1
+#: longest ``reason`` read (characters)
+MAX_REASON_LENGTH = 1000
+#: characters of an ``n x n`` field scanned at a time by the fast reader
+ROW_SCAN_CHUNK = 1 << 24
+
+
+class _FormatError(ValueError):
+    """A certificate text that is not one (its message is final)."""
+
+
+def _one_line(obj, limit=60):
+    """``str(obj)`` on one line, at most ``limit`` characters."""
+    text = " ".join(str(obj).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _show(value):
+    """A short one-line rendering of a JSON value and its type, for messages."""
+    if type(value) is int and abs(value) >= 10**30:
+        text = f"an integer of {len(str(abs(value)))} digits"
+    else:
+        text = _one_line(repr(value), 40)
+    return f"{text} ({type(value).__name__})"
+
+
+def _bad(name, must, value, where=""):
+    return _FormatError(f"certificate field {name!r}{where} must be {must}; "
+                        f"got {_show(value)}.")
+
+
+def _document(text):
+    """The JSON object of a certificate text, its ``format``, ``version`` and field
+    names checked (see :meth:`Certificate.from_json`)."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _FormatError(f"certificate is not UTF-8 text "
+                               f"({_one_line(exc, 120)}).") from None
+    elif not isinstance(text, str):
+        raise TypeError(f"a certificate is read from its JSON text (str or bytes); got "
+                        f"{type(text).__name__}.")
+    try:
+        doc = _loads(text)
+    except _FormatError as exc:
+        if len(text) < 4096 and text.lstrip()[:1] not in ("{", "["):
+            raise _FormatError(f"{str(exc).rstrip('.')} (a str or bytes is read as JSON "
+                               "text; pass a path such as pathlib.Path to read a file).") from None
+        raise
+    if not isinstance(doc, dict):
+        raise _FormatError(f"not a certificate: expected a JSON object with "
+                           f"format={JSON_FORMAT!r}; got {_show(doc)}.")
+    if "format" not in doc:
+        raise _FormatError(f"not a certificate: the JSON object lacks the field 'format' "
+                           f"(expected {JSON_FORMAT!r}).")
+    if doc["format"] != JSON_FORMAT or type(doc["format"]) is not str:
+        raise _FormatError(f"not a certificate: field 'format' must be {JSON_FORMAT!r}; "
+                           f"got {_show(doc['format'])}.")
+    versions = " or ".join(str(v) for v in JSON_VERSIONS)
+    if "version" not in doc:
+        raise _FormatError(f"certificate lacks the field 'version' (this release reads "
+                           f"version {versions}).")
+    version = doc["version"]
+    if type(version) is not int:
+        raise _bad("version", f"an integer (this release reads version {versions})", version)
+    if version not in JSON_VERSIONS:
+        shown = f"{version}" if abs(version) < 10**30 else _show(version)
+        raise _FormatError(f"certificate field 'version' is {shown}; this release reads "
+                           f"version {versions}.")
+    unknown = [k for k in doc if k not in REQUIRED_FIELDS and k not in OPTIONAL_FIELDS]
+    if unknown:
+        names = ", ".join(_one_line(repr(k), 40) for k in unknown[:3])
+        more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        raise _FormatError(f"certificate has the unknown field {names}{more} (version "
+                           f"{version} holds {', '.join(REQUIRED_FIELDS)}, "
+                           f"{', '.join(OPTIONAL_FIELDS)}).")
+    for key in REQUIRED_FIELDS:
+        if key not in doc:
+            raise _FormatError(f"certificate lacks the field {key!r}.")
     return doc
 
 
-def _int_row(text):
-    """The integers of ``text`` (separated by commas, brackets ignored) as int64, or
-    None when it holds anything else or an integer beyond int64."""
-    import warnings
+def _integer(doc, name, lo, hi):
+    value = doc[name]
+    if type(value) is not int:
+        raise _bad(name, "an integer", value)
+    if not lo <= value <= hi:
+        raise _bad(name, f"from {lo} to {hi}", value)
+    return value
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        try:
-            row = np.fromstring(text.replace("[", " ").replace("]", " "), dtype=np.int64,
-                                sep=",")
-        except (ValueError, DeprecationWarning):
-            return None
-    info = np.iinfo(np.int64)
-    if not text.strip() or (row == info.max).any() or (row == info.min).any():
+
+def _flag(doc, name):
+    value = doc.get(name, OPTIONAL_FIELDS.get(name))
+    if type(value) is not bool:
+        raise _bad(name, "true or false", value)
+    return value
+
+
+def _choice(doc, name, choices):
+    value = doc.get(name, OPTIONAL_FIELDS.get(name))
+    if type(value) is not str or value not in choices:
+        raise _bad(name, "one of " + ", ".join(repr(c) for c in choices), value)
+    return value
+
+
+def _token_table(doc, m):
+    """``tokens``: distinct strings of ``m`` characters 0/1, as a (T, m) uint8 array."""
+    toks = doc["tokens"]
+    must = f"a list of distinct strings of n_bits={m} characters 0/1"
+    if type(toks) is not list:
+        raise _bad("tokens", must, toks)
+    for i, t in enumerate(toks):
+        if type(t) is not str or len(t) != m:
+            raise _bad("tokens", must, t, f" entry {i}")
+    try:
+        flat = np.frombuffer("".join(toks).encode("ascii"), dtype=np.uint8)
+    except UnicodeEncodeError:
+        flat = None
+    if flat is None or (flat - np.uint8(48) > 1).any():
+        i = next(i for i, t in enumerate(toks) if set(t) - {"0", "1"})
+        raise _bad("tokens", must, toks[i], f" entry {i}")
+    tokens = (flat - np.uint8(48)).reshape(len(toks), m)
+    if len(toks) > 1:
+        packed = np.packbits(tokens, axis=1)
+        rows = np.ascontiguousarray(packed).view(f"V{packed.shape[1]}").ravel()
+        order = np.argsort(rows, kind="stable")
+        same = np.flatnonzero(rows[order][1:] == rows[order][:-1])
+        if len(same):
+            i, j = sorted(order[same[0]:same[0] + 2].tolist())
+            raise _FormatError(f"certificate field 'tokens' must list distinct tokens; "
+                               f"entries {i} and {j} are both {toks[i]!r}.")
+    return tokens
+
+
+def _index_list(doc, name, T):
+    """A list of token indices ``0 .. T-1`` as int64."""
+    value = doc[name]
+    if type(value) is not list:
+        raise _bad(name, "a list of token indices", value)
+    for i, v in enumerate(value):
+        if type(v) is not int or not 0 <= v < T:
+            raise _bad(name, f"a token index from 0 to {T - 1} (there are {T} tokens)", v,
+                       f" entry {i}")
+    return np.array(value, dtype=np.int64)
+
+
+def _square(doc, name, n, lo, hi, diagonal):
+    """An ``n x n`` integer field (rows of JSON integers, or the fast reader's int64
+    array) with entries in ``[lo, hi]`` off the diagonal and ``diagonal`` on it; int64,
+    or Python integers (dtype object) where they do not fit."""
+    value = doc[name]
+    if isinstance(value, np.ndarray):                     # read by the fast reader
+        if value.shape != (n, n):
+            raise _FormatError(f"certificate field {name!r} must be {n} rows of {n} integers "
+                               f"(one per (query, key) pair); got {value.shape[0]} rows of "
+                               f"{value.shape[1]}.")
+        M = value
+        off = ~np.eye(n, dtype=bool)
+        small = M[off]
+        bad = (small < lo) | (small > hi) if hi is not None and hi < 2**63 else small < lo
+        if bad.any():
+            i, j = np.argwhere(off)[int(np.argmax(bad))]
+            raise _out_of_range(name, lo, hi, int(M[i, j]), i, j)
+    else:
+        if type(value) is not list:
+            raise _bad(name, f"a list of {n} rows of {n} integers", value)
+        for i, row in enumerate(value):
+            if type(row) is not list:
+                raise _bad(name, f"a list of {n} integers", row, f" row {i}")
+        sizes = sorted({len(row) for row in value})
+        if len(value) != n or sizes not in ([n], []):
+            got = (f" of {sizes[0]}" if len(sizes) == 1 else
+                   f" of {sizes[0]} to {sizes[-1]}" if sizes else "")
+            raise _FormatError(f"certificate field {name!r} must be {n} rows of {n} integers "
+                               f"(one per (query, key) pair); got {len(value)} rows{got}.")
+        for i, row in enumerate(value):
+            for j, v in enumerate(row):
+                if type(v) is not int:
+                    raise _bad(name, "an integer", v, f" entry [{i}][{j}]")
+                if i != j and (v < lo or (hi is not None and v > hi)):
+                    raise _out_of_range(name, lo, hi, v, i, j)
+        flat = [v for row in value for v in row]
+        fits = not flat or (-2**63 < min(flat) and max(flat) < 2**63)
+        M = np.array(flat, dtype=np.int64 if fits else object).reshape(n, n)
+    diag = np.diagonal(M)
+    if n and (diag != diagonal).any():
+        i = int(np.argmax(diag != diagonal))
+        raise _bad(name, f"{diagonal} on the diagonal", int(diag[i]), f" entry [{i}][{i}]")
+    return M
+
+
+def _out_of_range(name, lo, hi, value, i, j):
+    why = (" (the largest ratio denominator a chain of this seq_len and n_bits gives)"
+           if name == "eps_denominators" else " (overlap gaps lie within +-n_bits)")
+    return _FormatError(f"certificate field {name!r} entry [{i}][{j}] must be from {lo} to "
+                        f"{hi}{why}; got {_show(value)}." if hi is not None else
+                        f"certificate field {name!r} entry [{i}][{j}] must be at least {lo}; "
+                        f"got {_show(value)}.")
+
+
+class _PairRows:
+    """``parents`` as the fast reader gives it: row offsets and (child, parent) pairs."""
+
+    def __init__(self, offsets, pairs):
+        self.offsets, self.pairs = offsets, pairs
+
+
+def _chain_trees(doc, n, T):
+    """``parents``: ``n`` lists of ``[child, parent]`` token-index pairs, a child at most
+    once in a row, as :class:`ChainTrees` (each row sorted by child)."""
+    value = doc["parents"]
+    must = f"a token index from 0 to {T - 1}"
+    if isinstance(value, _PairRows):                    # read by the fast reader
+        offsets, pairs = value.offsets, value.pairs
+        if len(offsets) - 1 != n:
+            raise _FormatError(f"certificate field 'parents' must be {n} rows (one per "
+                               f"(query, key) pair); got {len(offsets) - 1}.")
+        bad = (pairs < 0) | (pairs >= T)
+        if bad.any():
+            e, s = np.argwhere(bad)[0]
+            i = int(np.searchsorted(offsets, e, side="right")) - 1
+            raise _bad("parents", must, int(pairs[e, s]), f" row {i} pair {e - offsets[i]}")
+    else:
+        if type(value) is not list:
+            raise _bad("parents", f"a list of {n} rows (one per (query, key) pair)", value)
+        if len(value) != n:
+            raise _FormatError(f"certificate field 'parents' must be {n} rows (one per "
+                               f"(query, key) pair); got {len(value)}.")
+        flat, sizes = [], []
+        for i, row in enumerate(value):
+            if type(row) is not list:
+                raise _bad("parents", "a list of [child, parent] pairs", row, f" row {i}")
+            for e, pair in enumerate(row):
+                if type(pair) is not list or len(pair) != 2:
+                    raise _bad("parents", "a [child, parent] pair", pair, f" row {i} pair {e}")
+                for v in pair:
+                    if type(v) is not int or not 0 <= v < T:
+                        raise _bad("parents", must, v, f" row {i} pair {e}")
+                flat += pair
+            sizes.append(len(row))
+        offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+        pairs = np.array(flat, dtype=np.int64).reshape(-1, 2)
+    child, parent = pairs[:, 0], pairs[:, 1]
+    start = np.zeros(len(child), dtype=bool)            # the first pair of each row
+    start[offsets[:-1][offsets[:-1] < len(child)]] = True
+    if not (start[1:] | (child[1:] > child[:-1])).all():   # not as written: sorted here
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(offsets))
+        order = np.lexsort((child, rows))
+        child, parent = child[order], parent[order]
+    twice = np.flatnonzero(~start[1:] & (child[1:] == child[:-1]))
+    if len(twice):
+        i = int(np.searchsorted(offsets, twice[0] + 1, side="right")) - 1
+        t = int(child[twice[0]])
+        raise _FormatError(f"certificate field 'parents' row {i} gives token {t} two "
+                           "parents; a chain tree gives each token one.")
+    return ChainTrees(offsets, child, parent)
+
+
+def _fraction(doc):
+    """``frobenius_value``: ``"p/q"`` in lowest terms, ``p >= 0``, ``q >= 1``."""
+    value = doc["frobenius_value"]
+    must = 'a fraction "p/q" of integers p >= 0, q >= 1 in lowest terms'
+    m = re.fullmatch(r"(0|[1-9][0-9]*)/([1-9][0-9]*)", value) if type(value) is str else None
+    if m is None:
+        raise _bad("frobenius_value", must, value)
+    try:
+        p, q = int(m.group(1)), int(m.group(2))
+    except ValueError:                      # beyond Python's integer-string limit
+        raise _bad("frobenius_value", must, value) from None
+    if math.gcd(p, q) != 1:
+        raise _bad("frobenius_value", must, value)
+    return Fraction(p, q)
+
+
+def _chain_limit(N, m):
+    """The largest denominator a chain of ``seq_len=N`` over ``m`` bits can give: at
+    most ``m // 2`` steps (each climbs the overlap by >= 2), each ``(N-2)(g-1) <=
+    (N-2)(m-1)``; None when it exceeds every integer JSON is read with (4,300 digits)."""
+    base, steps = max(N - 2, 0) * max(m - 1, 0), m // 2
+    if base > 1 and steps * (base.bit_length() - 1) > 15000:
         return None
-    return row
+    return base ** steps
+
+
+def _certificate_fields(doc):
+    """The :class:`Certificate` arguments of a checked document (:func:`_document`)."""
+    N = _integer(doc, "seq_len", 1, MAX_DIMENSION)
+    m = _integer(doc, "n_bits", 1, MAX_DIMENSION)
+    tokens = _token_table(doc, m)
+    T = len(tokens)
+    qi, ki = _index_list(doc, "query_index", T), _index_list(doc, "key_index", T)
+    n = len(qi)
+    if len(ki) != n:
+        raise _FormatError(f"certificate fields 'query_index' and 'key_index' must have "
+                           f"the same length (one entry per pair); got {n} and {len(ki)}.")
+    rank = _integer(doc, "certified_min_rank", 1, MAX_COUNT)
+    K = _square(doc, "eps_denominators", n, 1, _chain_limit(N, m), 1)
+    D = _square(doc, "overlap_gaps", n, -m, m, 0)
+    parents = _chain_trees(doc, n, T)
+    value = _fraction(doc)
+    dominant = _flag(doc, "diagonally_dominant")
+    n_constraints = _integer(doc, "n_constraints", 0, MAX_COUNT)
+    reason = doc["reason"]
+    if (type(reason) is not str or len(reason) > MAX_REASON_LENGTH
+            or len(reason.splitlines()) > 1):
+        raise _bad("reason", f"one line of text (at most {MAX_REASON_LENGTH} characters)",
+                   reason)
+    strategy = _choice(doc, "strategy", STRATEGIES)
+    exhaustive = _flag(doc, "exhaustive")
+    query = _choice(doc, "query", QUERY_MODES)
+    positional = _flag(doc, "positional")
+    if positional and query != "last":
+        raise _FormatError("certificate field 'positional' is true, which needs query "
+                           f"'last' (position-dependent maps are bounded through the "
+                           f"final query); got query {query!r}.")
+    K = _as_int64_if_fits(K) if K.dtype == object else K
+    eps = reciprocals(K).reshape(n, n)
+    if n:
+        np.fill_diagonal(eps, 1.0)
+    return dict(
+        certified_min_rank=rank, seq_len=N, n_bits=m, tokens=tokens,
+        queries=tokens[qi], keys=tokens[ki], query_index=qi, key_index=ki, eps=eps,
+        eps_denominators=K, overlap_gaps=D, parents=parents, frobenius_value=value,
+        diagonally_dominant=dominant, n_constraints=n_constraints, reason=reason,
+        strategy=strategy, exhaustive=exhaustive, query=query, positional=positional,
+    )
+
+
+#: a JSON string literal
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+#: the key of an ``n x n`` field followed by a list
+_LARGE_KEY = re.compile(r'"(eps_denominators|overlap_gaps|parents)"[ \t\n\r]*:[ \t\n\r]*(?=\[)')
+#: the first character that cannot be in a list of integers
+_NOT_ROWS = re.compile(r"[^\[\]0-9, \t\n\r-]")
+#: the characters of a list of integers: 1 digit, 2 minus, 3 bracket, 4 comma, 5 space
+_ROW_CHARS = np.zeros(256, dtype=np.uint8)
+_ROW_CHARS[np.frombuffer(b"0123456789", dtype=np.uint8)] = 1
+_ROW_CHARS[ord("-")] = 2
+_ROW_CHARS[[ord("["), ord("]")]] = 3
+_ROW_CHARS[ord(",")] = 4
+_ROW_CHARS[[ord(" "), ord("\t"), ord("\n"), ord("\r")]] = 5
+_BRACKETS_AS_SPACES = bytes.maketrans(b"[]", b"  ")
+
+
+def _check_depth(text):
+    """Refuse JSON nested deeper than :data:`MAX_JSON_DEPTH` (strings skipped)."""
+    if '"' in text:
+        text = _JSON_STRING.sub('""', text)
+    depth = 0
+    for a in range(0, len(text), ROW_SCAN_CHUNK):
+        c = np.frombuffer(text[a:a + ROW_SCAN_CHUNK].encode("utf-8", "surrogatepass"),
+                          dtype=np.uint8)
+        step = ((c == 91) | (c == 123)).astype(np.int8) - ((c == 93) | (c == 125))
+        run = np.cumsum(step, dtype=np.int64) + depth
+        if len(run):
+            if run.max() > MAX_JSON_DEPTH:
+                raise _FormatError(f"certificate is nested deeper than {MAX_JSON_DEPTH} "
+                                   "levels (its JSON nests 4).")
+            depth = int(run[-1])
+
+
+def _strict_json(text):
+    """``json.loads`` refusing duplicate keys, ``NaN``/``Infinity`` and deep nesting;
+    also the number of object values that are placeholders of :data:`_LARGE`."""
+    _check_depth(text)
+    placeholders = set(_LARGE.values())
+    seen = [0]
+
+    def pairs_hook(pairs):
+        obj = {}
+        for key, value in pairs:
+            if key in obj:
+                raise _FormatError(f"certificate is not valid JSON for this format: the "
+                                   f"key {_one_line(repr(key), 40)} appears twice in an "
+                                   "object.")
+            if type(value) is str and value in placeholders:
+                seen[0] += 1
+            obj[key] = value
+        return obj
+
+    def constant(name):
+        raise _FormatError(f"certificate is not valid JSON: {name} is not a number JSON "
+                           "allows.")
+
+    try:
+        doc = json.loads(text, object_pairs_hook=pairs_hook, parse_constant=constant)
+    except _FormatError:
+        raise
+    except ValueError as exc:               # JSONDecodeError, or an integer too long
+        raise _FormatError(f"certificate is not valid JSON: {_one_line(exc, 120)}.") from None
+    return doc, seen[0]
+
+
+def _loads(text):
+    """The JSON value of a certificate text, read strictly (:func:`_strict_json`).
+
+    Values of the ``n x n`` fields longer than :data:`LARGE_JSON_VALUE` characters are
+    read by numpy (``eps_denominators`` and ``overlap_gaps`` as int64 arrays, ``parents``
+    as :class:`_PairRows`) when :func:`_parse_rows` finds them to be exactly nested
+    lists of integers of at most 18 digits and they are values of the top-level object;
+    anything else goes through ``json``, which then decides.
+    """
+    arrays, pieces, pos, n_read = {}, [], 0, 0
+    if len(text) >= LARGE_JSON_VALUE:
+        for m in _LARGE_KEY.finditer(text):
+            if m.start() < pos:
+                continue
+            stop = _NOT_ROWS.search(text, m.end())
+            end = text.rfind("]", m.end(), stop.start() if stop else len(text)) + 1
+            if end - m.end() < LARGE_JSON_VALUE:
+                continue
+            value = _parse_rows(text[m.end():end], pairs=m.group(1) == "parents")
+            if value is None:
+                continue
+            arrays.setdefault(m.group(1), []).append(value)
+            pieces += [text[pos:m.end()], json.dumps(_LARGE[m.group(1)])]
+            pos, n_read = end, n_read + 1
+    if not pieces:
+        return _strict_json(text)[0]
+    try:
+        doc, seen = _strict_json("".join(pieces) + text[pos:])
+    except _FormatError:                    # json's own message, about the text itself
+        return _strict_json(text)[0]
+    top = isinstance(doc, dict) and all(
+        len(values) == 1 and doc.get(key) == _LARGE[key] for key, values in arrays.items())
+    if not top or seen != n_read:           # not (only) top-level values: json decides
+        return _strict_json(text)[0]
+    doc.update({key: values[0] for key, values in arrays.items()})
+    return doc
+
+
+def _scan_numbers(text):
+    """A piece of a JSON list of integers as ``(symbols, integers)``: the symbols keep
+    ``[``, ``]`` and ``,`` and write each integer as ``n`` (whitespace dropped); None
+    when the piece holds anything else, an integer JSON does not allow (a leading zero,
+    a lone ``-``) or one of 19 digits or more."""
+    try:
+        raw = text.encode("ascii")
+    except UnicodeEncodeError:
+        return None
+    c = np.frombuffer(raw, dtype=np.uint8)
+    kind = _ROW_CHARS[c]
+    if not kind.all():
+        return None
+    digit = kind == 1
+    first = digit.copy()                    # the first digit of each integer
+    first[1:] &= ~digit[:-1]
+    last = digit.copy()                     # and its last
+    last[:-1] &= ~digit[1:]
+    starts, ends = np.flatnonzero(first), np.flatnonzero(last)
+    if ((ends - starts >= 18) | ((c[starts] == 48) & (ends > starts))).any():
+        return None                         # 19 digits or more, or a leading zero
+    minus = np.flatnonzero(kind == 2)
+    if len(minus) and not (np.isin(minus + 1, starts).all()
+                           and (minus == 0).sum() + (kind[minus[minus > 0] - 1] > 2).sum()
+                           == len(minus)):
+        return None                         # a minus not right before an integer
+    keep = (kind == 3) | (kind == 4) | first
+    symbols = c[keep]
+    symbols[first[keep]] = ord("n")
+    values = np.zeros(0, dtype=np.int64)
+    if len(starts):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                values = np.fromstring(raw.translate(_BRACKETS_AS_SPACES), dtype=np.int64,
+                                       sep=",")
+            except (ValueError, DeprecationWarning):
+                return None
+        if len(values) != len(starts):
+            return None
+    return symbols.tobytes(), values
 
 
 def _parse_rows(value, *, pairs):
     """A JSON list of rows of integers (``pairs``: rows of ``[child, parent]`` pairs)
-    read with numpy: an (n, k) int64 array, or :class:`ChainTrees`; None if the text
-    is anything else."""
-    value = value.strip()
-    if value[:1] != "[" or value[-1:] != "]" or re.search(r"\[\s*\]", value):
-        return None
-    close = "]]" if pairs else "]"
-    pieces = value[1:-1].split(close)
-    if pieces[-1].strip():
-        return None
-    rows = []
-    for k, piece in enumerate(pieces[:-1]):
-        piece = piece.strip()
-        if k:
-            if piece[:1] != ",":
-                return None
-            piece = piece[1:].lstrip()
-        body = piece[len(close):]
-        if piece[:len(close)] != "[" * len(close) or (not pairs and "[" in body):
+    read with numpy: an (n, k) int64 array, or :class:`_PairRows`; None if the text is
+    anything else (empty rows included), or holds an integer of 19 digits or more.
+
+    The text is scanned in pieces of about :data:`ROW_SCAN_CHUNK` characters cut at
+    commas; its structure is checked exactly on the symbols :func:`_scan_numbers` gives.
+    """
+    symbols, numbers = [], []
+    a, end = 0, len(value)
+    while a < end:
+        b = end if end - a <= ROW_SCAN_CHUNK else value.find(",", a + ROW_SCAN_CHUNK)
+        b = end if b < 0 else b
+        part = _scan_numbers(value[a:b])
+        if part is None:
             return None
-        row = _int_row(body)
-        if row is None:
-            return None
-        if pairs:
-            if len(row) != 2 * (body.count("[") + 1) or body.count("[") != body.count("]"):
-                return None
-            row = row.reshape(-1, 2)
-        rows.append(row)
+        symbols.append(part[0])
+        numbers.append(part[1])
+        if b < end:
+            symbols.append(b",")
+        a = b + 1
+    S = b"".join(symbols)
+    values = np.concatenate(numbers)
     if pairs:
-        trees = []
-        for row in rows:
-            row = row[np.lexsort((row[:, 1], row[:, 0]))]
-            if (np.diff(row[:, 0]) <= 0).any():     # a repeated child: the general reader
+        S = S.replace(b"[n,n]", b"p")
+        if b"n" in S or not (S.startswith(b"[[") and S.endswith(b"]]")):
+            return None
+        sizes = []
+        for row in S[2:-2].split(b"],["):
+            k = (len(row) + 1) // 2
+            if not k or row != b"p" + b",p" * (k - 1):
                 return None
-            trees.append(row)
-        sizes = [len(r) for r in trees]
-        flat = np.concatenate(trees) if trees else np.zeros((0, 2), dtype=np.int64)
-        return ChainTrees(np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]),
-                          flat[:, 0], flat[:, 1])
-    if len({len(r) for r in rows}) > 1:
+            sizes.append(k)
+        if 2 * sum(sizes) != len(values):
+            return None
+        return _PairRows(np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]),
+                         values.reshape(-1, 2))
+    width = S.count(b"n", 0, max(S.find(b"]"), 0))
+    if not width or len(values) % width:
         return None
-    return np.array(rows, dtype=np.int64).reshape(len(rows), -1)
+    row = b"[" + b"n," * (width - 1) + b"n]"
+    if S != b"[" + b",".join([row] * (len(values) // width)) + b"]":
+        return None
+    return values.reshape(-1, width)
 
 
 def _as_int64_if_fits(K):

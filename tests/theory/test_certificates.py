@@ -514,11 +514,16 @@ def test_large_json_fields_are_read_by_numpy(small, monkeypatch):
     # anything but plain nested integer lists goes to the json reader, with its errors
     doc = json.loads(text)
     doc["eps_denominators"][1][2] = 4.0
-    assert Certificate.from_json(json.dumps(doc)).eps_denominators[1, 2] == 4
-    doc = json.loads(text)
-    doc["parents"][0][0] = [doc["parents"][0][0][0]]   # a pair of one number
-    with pytest.raises(ValueError, match="malformed"):
+    with pytest.raises(ValueError, match=r"'eps_denominators' entry \[1\]\[2\] must be an "
+                                         r"integer; got 4.0 \(float\)"):
         Certificate.from_json(json.dumps(doc))
     doc = json.loads(text)
-    doc["eps_denominators"][0][1] = 2**70                # beyond int64: Python integers
+    doc["parents"][0][0] = [doc["parents"][0][0][0]]   # a pair of one number
+    with pytest.raises(ValueError, match=r"'parents' row 0 pair 0 must be a \[child, parent\]"):
+        Certificate.from_json(json.dumps(doc))
+    doc = json.loads(text)
+    doc["eps_denominators"][0][1] = 2**70                # beyond any chain of length 3
+    with pytest.raises(ValueError, match=r"'eps_denominators' entry \[0\]\[1\] must be from 1"):
+        Certificate.from_json(json.dumps(doc))
+    doc["seq_len"] = 1000                                # longer chains: Python integers
     assert Certificate.from_json(json.dumps(doc)).eps_denominators[0, 1] == 2**70
