@@ -9,6 +9,7 @@ import datetime
 import os
 import socket
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from joblib import Parallel, delayed, effective_n_jobs
@@ -143,77 +144,110 @@ class CertifiedRank(int):
         return (CertifiedRank, (int(self), self.positional))
 
 
-def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
-                   certified_min_rank, key, return_estimator, fitted=None):
-    """Fit one clone on the full set and score it there; returns ``(row, estimator)``.
+@dataclass(frozen=True)
+class _Plan:
+    """What every fit of one job shares: the estimator template, the data, the device,
+    the scorers, the thread cap, the certified bound and whether to keep estimators."""
 
-    ``fitted=(est, fit_time, fit_cpu_time)``: score an estimator already fitted (by an
-    ensemble, whose times are shared out over its members) instead of fitting one.
-    """
-    with _torch_threads(n_threads):
-        if fitted is None:
-            est = clone(estimator)
-            set_params = dict(params)
-            if seed is not None:
-                set_params["random_state"] = seed
-            if device is not None:
-                set_params["device"] = device
-            est.set_params(**set_params)
-            t0, c0 = time.perf_counter(), time.process_time()
-            est.fit(X, y)
-            fit_time, fit_cpu_time = time.perf_counter() - t0, time.process_time() - c0
-        else:
-            est, fit_time, fit_cpu_time = fitted
-        t0 = time.perf_counter()
-        raw = check_scoring(est, scoring=scoring)(est, X, y)
-        score_time = time.perf_counter() - t0
+    estimator: object
+    X: object
+    y: object
+    device: object
+    scoring: dict
+    n_threads: int
+    certified_min_rank: object
+    keep: bool
 
-    scores = {}
-    for name, value in raw.items():
-        scores[name] = as_stored(scoring[name], value)
+
+def _fit_one(plan, params, seed):
+    """A clone of the template with ``params``, ``seed`` and the device set, fitted:
+    ``(estimator, fit_time, fit_cpu_time)``."""
+    est = clone(plan.estimator)
+    set_params = dict(params)
+    if seed is not None:
+        set_params["random_state"] = seed
+    if plan.device is not None:
+        set_params["device"] = plan.device
+    est.set_params(**set_params)
+    t0, c0 = time.perf_counter(), time.process_time()
+    est.fit(plan.X, plan.y)
+    return est, time.perf_counter() - t0, time.process_time() - c0
+
+
+def _scores(plan, est):
+    """The stored scores of a fitted estimator on the full set, whether it solved the
+    set, and the scoring time."""
+    t0 = time.perf_counter()
+    raw = check_scoring(est, scoring=plan.scoring)(est, plan.X, plan.y)
+    score_time = time.perf_counter() - t0
+    scores = {name: as_stored(plan.scoring[name], value) for name, value in raw.items()}
     if "solved" in scores:
         is_solved = bool(scores["solved"] >= 1.0)
     else:
         is_solved = bool(getattr(est, "solved_", False))
+    return scores, is_solved, score_time
 
-    all_params = est.get_params(deep=False)
-    # a sequence mixer that is a kernel head has a rank (its state size) but no such
-    # hyperparameter
-    rank = all_params.get("rank", getattr(est, "rank_", None))
+
+def _coverage(est, certified_min_rank):
+    """What the certified bound says about a fitted estimator.
+
+    Returns ``(rank, nonnegative, theorem_applies, covered)``. The bound (theory page,
+    R4-R5) covers one head, one layer, an affine readout and a nonnegative kernel. The
+    estimator's flag ``theorem_applies_`` (from the kernel values on the training tokens)
+    decides when it has one, else the module's declaration; a module that declares
+    neither is covered unless it is signed. A sequence mixer that is a kernel head has a
+    rank (``rank_``, its state size) but no such hyperparameter. A certificate for
+    position-dependent maps also covers the heads declared ``theorem = "positional"``
+    on final-query targets.
+    """
+    rank = est.get_params(deep=False).get("rank", getattr(est, "rank_", None))
     module = getattr(getattr(est, "net_", None), "module_", None)
     nonnegative = getattr(module, "nonnegative", None)
-    # the bound (theory page, R4-R5) covers one head, one layer, an affine readout and a nonnegative
-    # kernel; a module without the property is checked whenever it is not signed.
-    # the estimator's flag (from the kernel values on the training tokens) when it has
-    # one, else the module's declaration
     theorem_applies = getattr(est, "theorem_applies_", getattr(module, "theorem_applies", None))
     covered = nonnegative is not False if theorem_applies is None else bool(theorem_applies)
     if not covered and getattr(certified_min_rank, "positional", False):
-        # a certificate for position-dependent maps covers the heads declared so
         theorem = getattr(est, "theorem_", getattr(module, "theorem", None))
         covered = theorem == "positional" and getattr(est, "query_", "last") == "last"
-    below = None
-    if certified_min_rank is not None and rank is not None:
-        below = bool(rank < certified_min_rank)
-        if below and is_solved and covered:
-            raise RuntimeError(
-                f"fit {key!r} ({type(est).__name__} rank={rank}, seed={seed}, "
-                f"params={params}) reports the family solved, but its certified minimum "
-                f"rank is {certified_min_rank}: no nonnegative kernel head of rank "
-                f"{rank} can solve it (see the theory page, section R5). This is a bug (in "
-                "the metric, the head or the certificate); the fit is not recorded."
-            )
+    return rank, nonnegative, theorem_applies, covered
 
-    row = {
-        "fit_id": key,
-        "estimator": type(est).__name__,
-        **{k: jsonable(v) for k, v in params.items()},
-        "seed": seed,
-    }
+
+def _below_bound(plan, est, key, params, seed, is_solved):
+    """Whether the fit's rank is below the certified rank (None when either is unknown).
+
+    Raises
+    ------
+    RuntimeError
+        When a covered fit below the certified rank reports the family solved: that is
+        a bug, never a result, and the fit is not recorded.
+    """
+    bound = plan.certified_min_rank
+    rank, _, _, covered = _coverage(est, bound)
+    if bound is None or rank is None:
+        return None
+    below = bool(rank < bound)
+    if below and is_solved and covered:
+        raise RuntimeError(
+            f"fit {key!r} ({type(est).__name__} rank={rank}, seed={seed}, "
+            f"params={params}) reports the family solved, but its certified minimum "
+            f"rank is {bound}: no nonnegative kernel head of rank "
+            f"{rank} can solve it (see the theory page, section R5). This is a bug (in "
+            "the metric, the head or the certificate); the fit is not recorded."
+        )
+    return below
+
+
+def _record(plan, est, params, seed, key, times, scores, is_solved, below, ensemble):
+    """The row stored for one fit (the fields of the results-folder format)."""
+    all_params = est.get_params(deep=False)
+    _, nonnegative, theorem_applies, _ = _coverage(est, plan.certified_min_rank)
+    fit_time, fit_cpu_time, score_time = times
+    row = {"fit_id": key, "estimator": type(est).__name__,
+           **{k: jsonable(v) for k, v in params.items()}, "seed": seed}
     for name in ("rank", "feature_map"):
         if name in all_params and name not in row:
             row[name] = jsonable(all_params[name])
     row.update(scores)
+    bound = plan.certified_min_rank
     row.update(
         solved=is_solved,
         n_epochs=int(getattr(est, "n_epochs_", -1)),
@@ -221,45 +255,55 @@ def _fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
         fit_time=fit_time,
         fit_cpu_time=fit_cpu_time,
         score_time=score_time,
-        device=str(all_params.get("device", device)),
-        n_threads=n_threads,
-        ensemble=fitted is not None,
+        device=str(all_params.get("device", plan.device)),
+        n_threads=plan.n_threads,
+        ensemble=ensemble,
         nonnegative=None if nonnegative is None else bool(nonnegative),
         theorem_applies=None if theorem_applies is None else bool(theorem_applies),
-        certified_min_rank=None if certified_min_rank is None else int(certified_min_rank),
+        certified_min_rank=None if bound is None else int(bound),
         below_certified_bound=below,
         host=socket.gethostname(),
         pid=os.getpid(),
         finished_at=datetime.datetime.now(datetime.UTC).isoformat(),
     )
-    return row, (est if return_estimator else None)
+    return row
 
 
-def _fit_and_score_ensemble(estimator, X, y, group, device, scoring, n_threads,
-                            certified_min_rank, return_estimator):
+def _fit_and_score(plan, params, seed, key, fitted=None):
+    """Fit one clone on the full set and score it there; returns ``(row, estimator)``.
+
+    ``fitted=(est, fit_time, fit_cpu_time)``: score an estimator already fitted (by an
+    ensemble, whose times are shared out over its members) instead of fitting one.
+    """
+    with _torch_threads(plan.n_threads):
+        est, fit_time, fit_cpu_time = fitted or _fit_one(plan, params, seed)
+        scores, is_solved, score_time = _scores(plan, est)
+    below = _below_bound(plan, est, key, params, seed, is_solved)
+    row = _record(plan, est, params, seed, key, (fit_time, fit_cpu_time, score_time),
+                  scores, is_solved, below, ensemble=fitted is not None)
+    return row, (est if plan.keep else None)
+
+
+def _fit_and_score_ensemble(plan, group):
     """Fit the fits ``group`` (``(params, seed, key)`` sharing every parameter but
     ``rank``) as one batched ensemble and score each; returns a list of
     ``(row, estimator)``. Wall and CPU times are shared out equally over the members."""
     common = {k: v for k, v in group[0][0].items() if k != "rank"}
-    if device is not None:
-        common["device"] = device
-    base = clone(estimator).set_params(**common)
+    if plan.device is not None:
+        common["device"] = plan.device
+    base = clone(plan.estimator).set_params(**common)
     members = []
     for p, s, _ in group:
         m = {"rank": p["rank"]} if "rank" in p else {}
         m["random_state"] = s
         members.append(m)
-    with _torch_threads(n_threads):
+    with _torch_threads(plan.n_threads):
         c0 = time.process_time()
-        res = fit_ensemble(base, X, y, params=members)
+        res = fit_ensemble(base, plan.X, plan.y, params=members)
         cpu = time.process_time() - c0
     n = len(group)
-    return [
-        _fit_and_score(estimator, X, y, p, s, device, scoring, n_threads,
-                       certified_min_rank, k, return_estimator,
-                       fitted=(est, res.fit_time / n, cpu / n))
-        for (p, s, k), est in zip(group, res.estimators)
-    ]
+    return [_fit_and_score(plan, p, s, k, fitted=(est, res.fit_time / n, cpu / n))
+            for (p, s, k), est in zip(group, res.estimators)]
 
 
 def _ensemble_jobs(todo, n_jobs, device_list):
@@ -277,15 +321,12 @@ def _ensemble_jobs(todo, n_jobs, device_list):
     return jobs
 
 
-def _run_job(estimator, X, y, job, device, ensemble, scoring, n_threads, certified_min_rank,
-             keep):
+def _run_job(plan, job, ensemble):
     """One job of :func:`run_fits`: a list of ``(row, estimator)``."""
     if ensemble:
-        return _fit_and_score_ensemble(estimator, X, y, job, device, scoring, n_threads,
-                                       certified_min_rank, keep)
+        return _fit_and_score_ensemble(plan, job)
     ((params, seed, key),) = job
-    return [_fit_and_score(estimator, X, y, params, seed, device, scoring, n_threads,
-                           certified_min_rank, key, keep)]
+    return [_fit_and_score(plan, params, seed, key)]
 
 
 def run_fits(estimator, X, y, tasks, *, scoring, n_jobs, devices, n_threads,
@@ -304,8 +345,9 @@ def run_fits(estimator, X, y, tasks, *, scoring, n_jobs, devices, n_threads,
             if claim is not None:
                 job = [t for t in job if claim(t)]
             if job:
-                yield delayed(_run_job)(estimator, X, y, job, device, ensemble, scoring,
-                                        n_threads, certified_min_rank, keep)
+                plan = _Plan(estimator, X, y, device, scoring, n_threads,
+                             certified_min_rank, keep)
+                yield delayed(_run_job)(plan, job, ensemble)
 
     for batch in Parallel(n_jobs=n_jobs, return_as="generator_unordered")(dispatched()):
         yield from batch
