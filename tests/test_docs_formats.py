@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from minip_learn import compact
-from minip_learn.model_selection import _store
+from minip_learn.model_selection import _records
 
 certify_module = importlib.import_module("minip_learn.theory.certify")
 PAGE = (Path(__file__).resolve().parents[1] / "docs" / "formats.rst").read_text()
@@ -27,7 +27,7 @@ def test_certificate_format_and_versions_on_the_page_are_the_reader_s():
 
 
 def test_results_folder_depth_on_the_page_is_the_reader_s():
-    assert f"nesting deeper\nthan {_store.MAX_JSON_DEPTH} levels" in PAGE
+    assert f"nesting deeper\nthan {_records.MAX_JSON_DEPTH} levels" in PAGE
 
 
 def test_every_certificate_field_is_on_the_page():

@@ -18,8 +18,8 @@ from sklearn.metrics import check_scoring
 
 from .._validation import check_device, check_int
 from ._ensemble import fit_ensemble
-from ._store import digest, jsonable
 from ._summary import as_stored
+from ._values import digest, jsonable
 
 __all__ = ["resolve_devices"]
 

@@ -3,8 +3,8 @@
 import re
 
 from ..metrics import get_scorers
-from ._store import jsonable, to_frame
 from ._summary import as_stored
+from ._values import jsonable, to_frame
 
 __all__ = ["cv_results_to_frame"]
 

@@ -26,26 +26,38 @@ scaling recipe) with the same files, writes, locks and checks: one folder holds 
 results of every configuration, each file named ``<key>-<config id>``.
 """
 
-import datetime
-import hashlib
-import itertools
 import json
-import math
-import numbers
 import os
-import re
 import time
 import warnings
 from pathlib import Path
 
 import joblib
-import numpy as np
-import pandas as pd
 
 from .._io import HOST_TAG as _HOST_TAG
 from .._io import TMP_PREFIX as _TMP_PREFIX
 from .._io import write_atomic
-from ..compact import is_compact
+from ._records import (
+    KEYED_FIELDS,
+    RECORD_FIELDS,
+    config_problem,
+    fixed_problem,
+    key_problem,
+    parameter_fields,
+    read_json,
+    read_json_file,
+    show_value,
+    table_problem,
+)
+from ._values import (
+    data_fingerprint,
+    digest,
+    file_sha256,
+    jsonable,
+    library_version,
+    slug,
+    to_frame,
+)
 
 __all__ = ["KeyedStore", "ResultsFolderWarning", "check_writable", "load_sweep"]
 
@@ -58,10 +70,6 @@ _FOREIGN = "foreign"
 _ASIDE = (_CORRUPT, _FOREIGN, _LOCKS)
 #: fields of a record on disk that are about the file, not the fit
 _FILE_FIELDS = ("config_id", "minip_learn_version", "estimator_sha256")
-#: columns that hold booleans (None while unknown)
-_BOOL_COLUMNS = ("solved", "below_certified_bound", "nonnegative", "theorem_applies")
-#: the scorers of :func:`~minip_learn.metrics.get_scorers`: numbers in every record
-_DEFAULT_SCORES = ("exact_match", "token_accuracy", "solved", "max_abs_error")
 
 
 class ResultsFolderWarning(UserWarning):
@@ -75,407 +83,6 @@ class ResultsFolderWarning(UserWarning):
     >>> issubclass(ResultsFolderWarning, UserWarning)
     True
     """
-
-
-# -- values and fingerprints -----------------------------------------------------------
-def jsonable(value, *, sort_keys=True):
-    """A JSON-friendly version of a value: the one conversion of the results store, of
-    the run folders' configurations and of the recipes' ``provenance.json``.
-
-    Numpy scalars become Python numbers (non-finite floats their ``repr``), tuples
-    lists, paths text, dicts dicts with text keys, and any other object its ``repr``.
-
-    Parameters
-    ----------
-    value : object
-    sort_keys : bool, default=True
-        Sort the keys of dicts (what digests of configurations need); False keeps
-        their order.
-
-    Returns
-    -------
-    object
-        Made of dicts, lists, text, numbers, booleans and None.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from minip_learn.model_selection import jsonable
-    >>> jsonable({"b": (1, np.int64(2)), "a": np.float32(0.5)})
-    {'a': 0.5, 'b': [1, 2]}
-    >>> jsonable({"b": 1, "a": float("nan")}, sort_keys=False)
-    {'b': 1, 'a': 'nan'}
-    """
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        v = float(value)
-        return v if math.isfinite(v) else repr(v)
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v, sort_keys=sort_keys) for v in value]
-    if isinstance(value, dict):
-        items = value.items()
-        if sort_keys:
-            items = sorted(items, key=lambda kv: str(kv[0]))
-        return {str(k): jsonable(v, sort_keys=sort_keys) for k, v in items}
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    return repr(value)
-
-
-def digest(obj, n=12):
-    text = json.dumps(jsonable(obj), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha1(text.encode()).hexdigest()[:n]
-
-
-def _data_fingerprint(X, y):
-    h = hashlib.sha1()
-    arrays = (X.tokens, X.token_ids, X.counts, y) if is_compact(X) else (X, y)
-    for arr in arrays:
-        a = np.ascontiguousarray(np.asarray(arr))
-        h.update(str((a.shape, a.dtype.str)).encode())
-        h.update(a.tobytes())
-    return h.hexdigest()[:12]
-
-
-def _file_sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _slug(text):
-    return re.sub(r"[^A-Za-z0-9.=+-]+", "_", str(text)).strip("_")[:60]
-
-
-def fit_key(params, seed):
-    """File stem of one fit: readable swept values plus a hash of the exact values."""
-    parts = [f"{k}={params[k]}" for k in sorted(params)
-             if isinstance(params[k], (str, numbers.Number)) and not isinstance(params[k], bool)]
-    parts.append(f"seed={seed}")
-    return _slug("_".join(parts)) + "_" + digest({"params": params, "seed": seed}, 8)
-
-
-def _version():
-    from .. import __version__
-
-    return __version__
-
-
-def to_frame(rows):
-    """The rows of fits as a DataFrame, with boolean columns as booleans."""
-    df = pd.DataFrame(rows)
-    for col in _BOOL_COLUMNS:
-        if col in df and df[col].notna().all():
-            df[col] = df[col].astype(bool)
-    return df
-
-
-# -- reading files strictly -------------------------------------------------------------
-#: Deepest nesting of arrays and objects a results file may have; checked on the text,
-#: before it is parsed (a record is flat, a configuration two levels deep).
-MAX_JSON_DEPTH = 32
-
-_JSON_BRACKETS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
-
-
-def _check_depth(text, limit=MAX_JSON_DEPTH):
-    depth = 0
-    for match in _JSON_BRACKETS.finditer(text):
-        char = match.group()
-        if char in "[{":
-            depth += 1
-            if depth > limit:
-                raise ValueError(f"nested deeper than {limit} levels")
-        elif char in "]}":
-            depth -= 1
-
-
-def _unique_keys(pairs):
-    obj = {}
-    for key, value in pairs:
-        if key in obj:
-            raise ValueError(f"duplicate key {key!r}")
-        obj[key] = value
-    return obj
-
-
-def _finite_float(text):
-    value = float(text)
-    if not math.isfinite(value):
-        raise ValueError(f"number {text[:20]} is out of range")
-    return value
-
-
-def _check_text(value):
-    """Raise a ValueError for a string (anywhere in ``value``) that is not Unicode text
-    (an unpaired surrogate escape)."""
-    if isinstance(value, str):
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ValueError(f"{value[:20]!r} is not Unicode text") from None
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_text(k)
-            _check_text(v)
-    elif isinstance(value, list):
-        for v in value:
-            _check_text(v)
-
-
-def read_json(text, *, nonfinite=False):
-    """Parse the text of a results file strictly.
-
-    Nesting deeper than :data:`MAX_JSON_DEPTH` is refused before parsing, and so are
-    duplicate keys in an object, numbers out of the float range, strings that are not
-    Unicode text and, unless ``nonfinite``, the constants ``NaN``, ``Infinity`` and
-    ``-Infinity`` (which records write for non-finite scores and errors; a
-    configuration never holds them).
-
-    Parameters
-    ----------
-    text : str
-    nonfinite : bool, default=False
-        Accept ``NaN``, ``Infinity`` and ``-Infinity``.
-
-    Returns
-    -------
-    object
-
-    Raises
-    ------
-    ValueError
-        Naming what is wrong.
-
-    Examples
-    --------
-    >>> from minip_learn.model_selection._store import read_json
-    >>> read_json('{"rank": 2, "max_abs_error": Infinity}', nonfinite=True)
-    {'rank': 2, 'max_abs_error': inf}
-    >>> read_json('{"rank": 2, "rank": 64}')
-    Traceback (most recent call last):
-    ...
-    ValueError: duplicate key 'rank'
-    """
-    _check_depth(text)
-
-    def constant(name):
-        if not nonfinite:
-            raise ValueError(f"{name} is not allowed in this file")
-        return float(name)
-
-    value = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=constant,
-                       parse_float=_finite_float)
-    _check_text(value)
-    return value
-
-
-def _read_json_file(path, *, nonfinite=False):
-    """:func:`read_json` of the file ``path`` (a UTF-8 text)."""
-    return read_json(Path(path).read_text(encoding="utf-8"), nonfinite=nonfinite)
-
-
-# -- the declared fields of the files -----------------------------------------------------
-def _is_int(v):
-    return type(v) is int
-
-
-def _is_text(v):
-    return type(v) is str
-
-
-def _is_number(v):
-    return type(v) in (int, float)
-
-
-def _is_time(v):
-    return _is_number(v) and math.isfinite(v) and v >= 0
-
-
-def _is_iso_time(v):
-    try:
-        datetime.datetime.fromisoformat(v)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _is_sha256(v):
-    return _is_text(v) and re.fullmatch(r"[0-9a-f]{64}", v) is not None
-
-
-def _or_null(check):
-    return lambda v: v is None or check(v)
-
-
-#: The fields of a fit record: ``name -> (what it holds, check, required)``. Any other
-#: field is a swept parameter, a score of the sweep's scorers (a number, ``NaN`` and
-#: ``Infinity`` included) or a tag (any JSON value).
-RECORD_FIELDS = {
-    "fit_id": ("text: the stem of the file name after fit-", _is_text, True),
-    "estimator": ("text: the estimator's class name", _is_text, True),
-    "seed": ("an integer or null", _or_null(_is_int), True),
-    "rank": ("an integer or null", _or_null(_is_int), False),
-    "feature_map": ("text or null", _or_null(_is_text), False),
-    "solved": ("true or false", lambda v: type(v) is bool, True),
-    "n_epochs": ("an integer", _is_int, True),
-    "train_max_error": ("a number (NaN and Infinity allowed)", _is_number, True),
-    "fit_time": ("a finite number >= 0", _is_time, True),
-    "fit_cpu_time": ("a finite number >= 0", _is_time, True),
-    "score_time": ("a finite number >= 0", _is_time, True),
-    "device": ("text", _is_text, True),
-    "n_threads": ("an integer >= 1", lambda v: _is_int(v) and v >= 1, True),
-    "ensemble": ("true or false", lambda v: type(v) is bool, True),
-    "nonnegative": ("true, false or null", _or_null(lambda v: type(v) is bool), True),
-    "theorem_applies": ("true, false or null", _or_null(lambda v: type(v) is bool), True),
-    "certified_min_rank": ("an integer >= 0 or null",
-                           _or_null(lambda v: _is_int(v) and v >= 0), True),
-    "below_certified_bound": ("true, false or null",
-                              _or_null(lambda v: type(v) is bool), True),
-    "host": ("text", _is_text, True),
-    "pid": ("an integer >= 0", lambda v: _is_int(v) and v >= 0, True),
-    "finished_at": ("an ISO 8601 time", _is_iso_time, True),
-    "config_id": ("text", _is_text, True),
-    "minip_learn_version": ("text", _is_text, True),
-    "estimator_sha256": ("64 lowercase hexadecimal digits", _is_sha256, False),
-}
-
-#: The fields of a run folder's ``config.json`` (all required, no others).
-CONFIG_FIELDS = {
-    "estimator": ("text: the estimator's class name", _is_text, True),
-    "params": ("an object: the fixed parameters", lambda v: type(v) is dict, True),
-    "data": ("text: the data's fingerprint", _is_text, True),
-    "scoring": ("a list of text: the scorers' names",
-                lambda v: type(v) is list and all(map(_is_text, v)), True),
-    "config_id": ("text", _is_text, True),
-    "minip_learn_version": ("text", _is_text, True),
-    "repr": ("text: the estimator's repr", _is_text, True),
-}
-
-#: The fields of a keyed store's record that are about the file (the others are the
-#: result's, any JSON values).
-_KEYED_FIELDS = {
-    "key": ("text: the stem of the file name", _is_text, True),
-    "config_id": ("text", _is_text, True),
-    "minip_learn_version": ("text", _is_text, True),
-    "estimator_sha256": ("64 lowercase hexadecimal digits", _is_sha256, False),
-}
-
-#: Record fields that a sweep computes (never a swept parameter).
-_COMPUTED = frozenset(RECORD_FIELDS) - {"rank", "feature_map", "device"}
-
-
-def _show(value):
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _table_problem(row, table, *, numbers=(), closed=False):
-    """The first field of ``row`` that breaks ``table`` (see :data:`RECORD_FIELDS`), in
-    words, or None. ``numbers``: other fields that must be numbers; ``closed``: no
-    other field is allowed."""
-    for name, (what, check, required) in table.items():
-        if name not in row:
-            if required:
-                return f"field {name!r} is missing"
-        elif not check(row[name]):
-            return f"field {name!r} is {_show(row[name])}, not {what}"
-    for name in numbers:
-        if name in table:
-            continue
-        if name not in row:
-            return f"field {name!r} (a score) is missing"
-        if not _is_number(row[name]):
-            return f"field {name!r} is {_show(row[name])}, not a number (a score)"
-    if closed:
-        extra = sorted(set(row) - set(table))
-        if extra:
-            return f"field {extra[0]!r} is not a field of this file"
-    return None
-
-
-def _canonical(value):
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-#: Most candidate parameter fields :func:`_key_problem` tries subsets of.
-_MAX_KEY_CANDIDATES = 14
-
-
-def _key_problem(row, key, candidates, tried=None):
-    """Why the parameters and seed of ``row`` do not give the fit key ``key``, or None.
-
-    The parameters are a subset of the fields ``candidates`` (the swept parameters, or
-    every field that could be one): the subset whose :func:`fit_key` hash with the
-    row's seed is the key's (sets in ``tried`` first, and the one found added).
-    """
-    prefix, _, tag = key.rpartition("_")
-    seed = row.get("seed")
-    names = sorted(k for k in candidates if k in row and k != "seed")
-    if len(names) > _MAX_KEY_CANDIDATES and len(prefix) < 55:
-        # too many to try every subset: a number or a text among the parameters is
-        # named in the key's readable part (when that is not cut at its 60 characters)
-        names = [k for k in names if f"{k}=" in prefix or not (
-            isinstance(row[k], (str, numbers.Number)) and not isinstance(row[k], bool))]
-    if len(names) > _MAX_KEY_CANDIDATES:
-        return (f"{len(names)} fields could be parameters; more than "
-                f"{_MAX_KEY_CANDIDATES} cannot be checked against its fit_id")
-    tried = [] if tried is None else tried
-    subsets = itertools.chain(
-        [t for t in tried if t <= set(names)],
-        (frozenset(c) for n in range(len(names), -1, -1)
-         for c in itertools.combinations(names, n)))
-    for subset in subsets:
-        params = {k: row[k] for k in subset}
-        if digest({"params": params, "seed": seed}, 8) == tag:
-            if subset not in tried:
-                tried.append(subset)
-            return None
-    for k in names + ["seed"]:
-        named = re.search(rf"(?:^|_){re.escape(k)}=(.+?)(?=_[A-Za-z][A-Za-z0-9_]*=|$)",
-                          prefix)
-        if named and _slug(f"{k}={row.get(k)}") != f"{k}={named.group(1)}":
-            return (f"field {k!r} is {_show(row.get(k))}, but its file is the fit with "
-                    f"{k}={named.group(1)}")
-    shown = [f"{k}={_show(row[k])}" for k in names] + [f"seed={_show(seed)}"]
-    return f"its {', '.join(shown)} do not give the fit_id of its file name ({key})"
-
-
-def _fixed_problem(row, fixed):
-    """A field of ``row`` that contradicts the fixed parameters ``fixed`` (a
-    configuration's ``params``), in words, or None."""
-    if "rank" in fixed and "rank" in row and _canonical(row["rank"]) != _canonical(
-            fixed["rank"]):
-        return (f"field 'rank' is {_show(row['rank'])}, but its configuration has "
-                f"rank={_show(fixed['rank'])}")
-    return None
-
-
-def _parameter_fields(row, scoring, fixed):
-    """The fields of a record that could be swept parameters (when the swept names are
-    not known): neither computed by the fit, nor a score, nor a fixed parameter."""
-    return [k for k in row if k not in _COMPUTED and k not in scoring
-            and k not in _DEFAULT_SCORES and k not in fixed]
-
-
-def _config_problem(config):
-    """What is wrong with a parsed ``config.json``, in words, or None."""
-    if not isinstance(config, dict):
-        return "not a JSON object"
-    problem = _table_problem(config, CONFIG_FIELDS, closed=True)
-    if problem is None:
-        ours = {k: config[k] for k in ("estimator", "params", "data", "scoring")}
-        if digest(ours, 10) != config["config_id"]:
-            problem = (f"its configuration does not give its config_id "
-                       f"({config['config_id']})")
-    return problem
 
 
 # -- atomic writes (temporary file, then rename: minip_learn._io) ---------------------------
@@ -559,7 +166,7 @@ def _folder_config(estimator, X, y, swept, scoring):
     return {
         "estimator": type(estimator).__name__,
         "params": jsonable(base),
-        "data": _data_fingerprint(X, y),
+        "data": data_fingerprint(X, y),
         "scoring": sorted(scoring),
     }
 
@@ -581,7 +188,7 @@ class RunFolder:
         self.path = Path(path)
         self.config = config
         self.config_id = digest(config, 10)
-        self.version = _version()
+        self.version = library_version()
         self.swept = None if swept is None else frozenset(swept)
         self._locks = {}
         self._key_sets = []  # the sets of fields found to be a record's parameters
@@ -590,7 +197,7 @@ class RunFolder:
     def open(cls, out, name, estimator, X, y, swept, scoring):
         """Create (or reopen) the run folder of this configuration under ``out``."""
         config = _folder_config(estimator, X, y, swept, scoring)
-        stem = _slug(name) if name else type(estimator).__name__
+        stem = slug(name) if name else type(estimator).__name__
         folder = cls(Path(out) / f"{stem}-{digest(config, 10)}", config, swept)
         check_writable(folder.path)
         _remove_stale_temporaries(folder.path)
@@ -627,11 +234,11 @@ class RunFolder:
         then = "written again"
         if path.exists():
             try:
-                theirs = _read_json_file(path)
+                theirs = read_json_file(path)
             except (OSError, ValueError) as exc:
                 self.move_aside(path, _CORRUPT, f"unreadable ({_short(exc)})", then)
             else:
-                problem = _config_problem(theirs)
+                problem = config_problem(theirs)
                 if problem is not None and problem.startswith("its configuration") and (
                         {k: theirs.get(k) for k in self.stamp} != self.stamp):
                     problem = None  # another configuration's file: foreign, below
@@ -661,7 +268,7 @@ class RunFolder:
         """
         path = self.record_path(key)
         try:
-            row = _read_json_file(path, nonfinite=True)
+            row = read_json_file(path, nonfinite=True)
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -683,17 +290,17 @@ class RunFolder:
         """What makes ``row`` (a parsed record) no record of fit ``key`` in this
         folder, in words, or None."""
         config = self.config
-        problem = _table_problem(row, RECORD_FIELDS, numbers=config.get("scoring", ()))
+        problem = table_problem(row, RECORD_FIELDS, numbers=config.get("scoring", ()))
         if problem is None and "estimator" not in (self.swept or ()) and (
                 row["estimator"] != config.get("estimator", row["estimator"])):
-            problem = (f"field 'estimator' is {_show(row['estimator'])}, but its "
+            problem = (f"field 'estimator' is {show_value(row['estimator'])}, but its "
                        f"configuration is of {config['estimator']}")
         if problem is None:
-            problem = _fixed_problem(row, config.get("params", {}))
+            problem = fixed_problem(row, config.get("params", {}))
         if problem is None:
-            candidates = self.swept if self.swept is not None else _parameter_fields(
+            candidates = self.swept if self.swept is not None else parameter_fields(
                 row, config.get("scoring", ()), config.get("params", {}))
-            problem = _key_problem(row, key, candidates, self._key_sets)
+            problem = key_problem(row, key, candidates, self._key_sets)
         return problem
 
     def _fit_row(self, record):
@@ -725,7 +332,7 @@ class RunFolder:
                                 f"its saved estimator {path.name} is missing")
             return None
         try:
-            if _file_sha256(path) != expected:
+            if file_sha256(path) != expected:
                 raise ValueError("the file is not the one its record was written with")
             return joblib.load(path)
         except Exception as exc:  # noqa: BLE001 - any unpickling error means unusable
@@ -767,7 +374,7 @@ class RunFolder:
         if estimator is not None:
             path = self.estimator_path(key)
             _dump_atomic(path, estimator)
-            record["estimator_sha256"] = _file_sha256(path)
+            record["estimator_sha256"] = file_sha256(path)
         _write_json_atomic(self.record_path(key), record)
 
     # -- claims of fits (several sweeps on one folder) -------------------------------------
@@ -827,7 +434,7 @@ class _KeyedFolder(RunFolder):
 
     def record_problem(self, row, key):
         # a result's own fields are any JSON values; the file's fields are checked
-        return _table_problem(row, _KEYED_FIELDS)
+        return table_problem(row, KEYED_FIELDS)
 
 
 class KeyedStore:
@@ -877,7 +484,7 @@ class KeyedStore:
 
     def __init__(self, folder, config, X=None, y=None):
         if X is not None:
-            config = {"data": _data_fingerprint(X, y), **config}
+            config = {"data": data_fingerprint(X, y), **config}
         self.tag = digest(config, 10)
         self._files = None
         if folder is not None:
@@ -946,10 +553,10 @@ def _reading_folder(path):
     configuration from a valid ``config.json``, else none)."""
     config = {}
     try:
-        theirs = _read_json_file(path / "config.json")
+        theirs = read_json_file(path / "config.json")
     except (OSError, ValueError):
         theirs = None
-    if theirs is not None and _config_problem(theirs) is None:
+    if theirs is not None and config_problem(theirs) is None:
         config = {k: theirs[k] for k in ("estimator", "params", "data", "scoring")}
     return RunFolder(path, config)
 
@@ -997,7 +604,7 @@ def load_sweep(path):
         if f.parent.name in _ASIDE:
             continue
         try:
-            row = _read_json_file(f, nonfinite=True)
+            row = read_json_file(f, nonfinite=True)
         except (OSError, ValueError) as exc:
             warnings.warn(f"{f}: unreadable ({_short(exc)}); skipped.", ResultsFolderWarning,
                           stacklevel=2)
@@ -1008,7 +615,7 @@ def load_sweep(path):
         if not isinstance(row, dict):
             problem = "not a JSON object"
         elif row.get("fit_id") != key:
-            problem = (f"field 'fit_id' is {_show(row.get('fit_id'))}, not the {key!r} "
+            problem = (f"field 'fit_id' is {show_value(row.get('fit_id'))}, not the {key!r} "
                        "of its file name")
         else:
             problem = folders[f.parent].record_problem(row, key)

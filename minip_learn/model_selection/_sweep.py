@@ -34,8 +34,9 @@ from .._validation import check_int, check_seeds
 from ..compact import is_compact
 from ..metrics import get_scorers
 from ._execution import CertifiedRank, resolve_devices, resolve_threads_per_fit, run_fits
-from ._store import RunFolder, fit_key, jsonable, to_frame
+from ._store import RunFolder
 from ._summary import summarize_sweep
+from ._values import fit_key, jsonable, to_frame
 
 __all__ = ["rank_sweep"]
 
