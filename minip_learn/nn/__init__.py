@@ -1,6 +1,8 @@
-"""Torch modules: feature maps (one registry), the attention arithmetic
-(:mod:`minip_learn.nn.attention`), attention heads and sequence mixers (one registry,
-:mod:`minip_learn.nn.mixers`). No scikit-learn here."""
+"""Torch modules: feature maps, the attention arithmetic
+(:mod:`minip_learn.nn.attention`), attention heads and sequence mixers (the package
+:mod:`minip_learn.nn.mixers`, one module per mixer family). Feature maps and mixers are
+selected by name through one registry class (``minip_learn.nn._registry.Registry``).
+No scikit-learn here."""
 
 from . import (
     attention,
@@ -16,6 +18,7 @@ from .feature_maps import (
     get_feature_map,
     make_feature_map,
     register_feature_map,
+    unregister_feature_map,
 )
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
 from .mixers import (
@@ -27,6 +30,7 @@ from .mixers import (
     make_mixer,
     mixer_table,
     register_mixer,
+    unregister_mixer,
 )
 from .models import KernelAttentionModel, MLPReadout
 from .splitting import (
@@ -65,4 +69,6 @@ __all__ = [
     "reset_optimizer_entries",
     "split_shared_features",
     "splittable_tables",
+    "unregister_feature_map",
+    "unregister_mixer",
 ]

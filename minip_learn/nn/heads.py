@@ -627,6 +627,26 @@ class KernelAttentionHead(_Head):
         u = self._causal(x, self.value(x), attention.recurrent_attend)
         return self.readout(x, u)
 
+    def initial_state(self, batch_shape, *, dtype=None, device=None):
+        """The state of :meth:`step` before the first token
+        (:func:`minip_learn.nn.attention.recurrent_state`)."""
+        return attention.recurrent_state(batch_shape, self.rank, self.value_dim,
+                                         log_domain=self.log_domain, dtype=dtype, device=device)
+
+    def step(self, state, x_t, position=0):
+        """One token ``x_t`` (..., n_bits) at ``position`` (0-based) of the recurrence of
+        :meth:`recurrent`: returns ``(new_state, u_t)``, ``u_t`` of shape (..., value_dim)
+        before the readout (:func:`minip_learn.nn.attention.recurrent_step`)."""
+        fq, fk = self._map_outputs(x_t)
+        fq, fk = self.with_positions(fq[..., None, :], fk[..., None, :], start=position)
+        if self.feature_mask is not None:  # as recurrent: log(mask) on the query side
+            mask = self.feature_mask
+            fq, fk = (fq + torch.log(mask), fk) if self.log_domain else (fq * mask, fk * mask)
+        u, state = attention.recurrent_step(
+            state, fq[..., 0, :], fk[..., 0, :], self.value(x_t), nonnegative=self.nonnegative,
+            eps=self.denominator_eps, decay=self.decay, log_domain=self.log_domain)
+        return state, u
+
     def attention_weights(self, x, counts=None):
         """Explicit ``(..., N, N)`` normalised kernel matrix (for checks and plots);
         with ``counts``, the weight of each key slot counts its multiplicity. Causal

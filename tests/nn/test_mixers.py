@@ -151,14 +151,14 @@ def test_float32_forms_agree_and_empty_sequences(name):
 
 
 def test_decayed_scores_blocks_equal_one_block(monkeypatch):
-    from minip_learn.nn.mixers import _ops
+    from minip_learn.nn.ops import masks
 
     torch.manual_seed(0)
     q, k = torch.randn(2, 11, 3, dtype=torch.float64), torch.randn(2, 11, 3,
                                                                    dtype=torch.float64)
     log_cum = (-torch.rand(2, 11, 3, dtype=torch.float64)).cumsum(-2)
     whole = decayed_scores(q, k, log_cum)
-    monkeypatch.setattr(_ops, "DECAY_BLOCK_ELEMENTS", 2 * 11 * 3 * 4)  # 4 rows a block
+    monkeypatch.setattr(masks, "DECAY_BLOCK_ELEMENTS", 2 * 11 * 3 * 4)  # 4 rows a block
     torch.testing.assert_close(decayed_scores(q, k, log_cum), whole)
     # the definition, one entry at a time
     t, j = 7, 4

@@ -39,6 +39,7 @@ True
 True
 """
 
+from ..ops.masks import DECAY_BLOCK_ELEMENTS, decayed_scores  # noqa: F401
 from ._base import (  # noqa: F401  (MIXERS, THEOREM_VALUES, QKVMaps, mixer_name too)
     MIXERS,
     THEOREM_VALUES,
@@ -55,7 +56,6 @@ from ._base import (  # noqa: F401  (MIXERS, THEOREM_VALUES, QKVMaps, mixer_name
     register_mixer,
     unregister_mixer,
 )
-from ._ops import DECAY_BLOCK_ELEMENTS, decayed_scores  # noqa: F401
 
 # importing a mixer module registers its mixers
 from .deltanet import DeltaNetMixer

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..ops.masks import causal_part
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
 __all__ = ["DeltaMaps", "DeltaNetMixer"]
@@ -84,10 +85,10 @@ class DeltaNetMixer(MatrixStateMixer):
         q, k, v, beta = m.q, m.k, m.v, m.beta
         n = x.shape[-2]
         eye = torch.eye(n, dtype=k.dtype, device=k.device)
-        system = eye + beta[..., None] * torch.tril(k @ k.transpose(-2, -1), -1)
+        system = eye + beta[..., None] * causal_part(k @ k.transpose(-2, -1), strict=True)
         written = torch.linalg.solve_triangular(system, beta[..., None] * v, upper=False,
                                                 unitriangular=True)
-        return torch.tril(q @ k.transpose(-2, -1)) @ written
+        return causal_part(q @ k.transpose(-2, -1)) @ written
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)

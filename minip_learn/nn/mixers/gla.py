@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..ops.masks import decayed_scores
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
-from ._ops import decayed_scores
 
 __all__ = ["GatedLinearAttentionMixer", "GatedMaps"]
 

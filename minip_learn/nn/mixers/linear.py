@@ -12,8 +12,8 @@ hypothesis.
 import torch
 
 from ..feature_maps import make_feature_map
+from ..ops.masks import causal_part
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
-from ._ops import tril_mask
 
 __all__ = ["LinearAttentionMixer"]
 
@@ -70,9 +70,7 @@ class LinearAttentionMixer(MatrixStateMixer):
 
     def attend(self, x):
         m = self.token_maps(x)
-        scores = (m.q @ m.k.transpose(-2, -1)).masked_fill(
-            ~tril_mask(x.shape[-2], x.device), 0.0)
-        return scores @ m.v
+        return causal_part(m.q @ m.k.transpose(-2, -1)) @ m.v
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)
