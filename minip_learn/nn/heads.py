@@ -33,120 +33,9 @@ from torch import nn
 from .._validation import distinct_tokens
 from . import attention
 from .feature_maps import get_feature_map, make_feature_map
+from .readout import AffineReadout, ValueMap
 
 __all__ = ["AffineReadout", "KernelAttentionHead", "SoftmaxAttentionHead", "ValueMap"]
-
-
-class ValueMap(nn.Module):
-    """Affine value map ``v(x) = V x + c`` from ``n_bits`` to ``value_dim``.
-
-    Parameters
-    ----------
-    n_bits : int
-        Bits per token.
-    value_dim : int
-        Output dimension ``d``.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from minip_learn.nn import ValueMap
-    >>> ValueMap(4, 3)(torch.zeros(2, 5, 4)).shape
-    torch.Size([2, 5, 3])
-    """
-
-    #: batched form (read by :class:`~minip_learn.nn.HeadEnsemble`): ``v = linear(x)``
-    fused = "linear"
-
-    def __init__(self, n_bits, value_dim):
-        super().__init__()
-        self.linear = nn.Linear(n_bits, value_dim)
-
-    def forward(self, x):
-        return self.linear(x)
-
-    def fused_parameters(self):
-        """The parameters of the batched form, by role: ``{"weight": V, "bias": c}``
-        (read by :class:`~minip_learn.nn.HeadEnsemble`)."""
-        return {"weight": self.linear.weight, "bias": self.linear.bias}
-
-    @torch.no_grad()
-    def set_affine(self, weight, bias):
-        """Set ``v(x) = weight x + bias`` (weight of shape (value_dim, n_bits))."""
-        self.linear.weight.copy_(weight)
-        self.linear.bias.copy_(torch.as_tensor(bias))
-
-
-class AffineReadout(nn.Module):
-    """Query-dependent affine readout ``rho_x(u) = <w(x), u> + b(x)``.
-
-    ``w(x) = W x + w_0`` and ``b(x) = <c, x> + b_0`` are affine in the query token,
-    which is enough for the exact constructions of :ref:`theory-r1` to
-    :ref:`theory-r3` (e.g. ``rho_x(u) = 2<x, u> - |x|``).
-
-    Parameters
-    ----------
-    n_bits : int
-        Bits per token.
-    value_dim : int
-        Dimension of the attended values ``u``.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from minip_learn.nn import AffineReadout
-    >>> AffineReadout(4, 3)(torch.zeros(2, 5, 4), torch.zeros(2, 5, 3)).shape
-    torch.Size([2, 5])
-    """
-
-    #: batched form (read by :class:`~minip_learn.nn.HeadEnsemble`):
-    #: ``w = query_weight(x)``, ``b = query_bias(x)``, both linear layers
-    fused = "affine"
-
-    def __init__(self, n_bits, value_dim):
-        super().__init__()
-        #: the linear map ``x -> w(x)`` (``W x + w_0``)
-        self.query_weight = nn.Linear(n_bits, value_dim)
-        #: the linear map ``x -> b(x)`` (``<c, x> + b_0``)
-        self.query_bias = nn.Linear(n_bits, 1)
-
-    def coefficients(self, x):
-        """``(w(x), b(x))`` of shapes (..., value_dim) and (...)."""
-        return self.query_weight(x), self.query_bias(x).squeeze(-1)
-
-    def fused_parameters(self):
-        """The parameters of the batched form, by role (read by
-        :class:`~minip_learn.nn.HeadEnsemble`): ``w(x) = weight x + weight_bias`` and
-        ``b(x) = <bias, x> + bias_const``, as in :meth:`set_affine`.
-
-        Returns
-        -------
-        roles : dict of str to torch.nn.Parameter
-            Keys ``"weight"`` (value_dim, n_bits), ``"weight_bias"`` (value_dim,),
-            ``"bias"`` (1, n_bits) and ``"bias_const"`` (1,).
-        """
-        return {"weight": self.query_weight.weight, "weight_bias": self.query_weight.bias,
-                "bias": self.query_bias.weight, "bias_const": self.query_bias.bias}
-
-    @torch.no_grad()
-    def set_affine(self, weight, weight_bias, bias, bias_const):
-        """Set ``w(x) = weight x + weight_bias`` and ``b(x) = <bias, x> + bias_const``.
-
-        Parameters
-        ----------
-        weight : Tensor of shape (value_dim, n_bits)
-        weight_bias : Tensor of shape (value_dim,) or float
-        bias : Tensor of shape (n_bits,) or float
-        bias_const : float
-        """
-        self.query_weight.weight.copy_(weight)
-        self.query_weight.bias.copy_(torch.as_tensor(weight_bias))
-        self.query_bias.weight.copy_(torch.as_tensor(bias).reshape(1, -1).expand_as(
-            self.query_bias.weight))
-        self.query_bias.bias.fill_(float(bias_const))
-
-    def forward(self, x, u):
-        return attention.affine_readout(*self.coefficients(x), u)
 
 
 class _Head(nn.Module):
@@ -196,8 +85,8 @@ def _check_order_options(causal, positional, decay, max_len):
         raise ValueError(f"positional must be one of {POSITIONAL} or None; got {positional!r}.")
     if positional == "decay":
         if decay is None:
-            raise ValueError("positional='decay' needs decay, the factor g in (0, 1] of "
-                             "alpha_ij = g^(i-j) <phi(x_i), phi(x_j)>; got decay=None.")
+            raise ValueError("positional='decay' needs decay, the factor gamma in (0, 1] of "
+                             "alpha_ij = gamma^(i-j) <phi(x_i), phi(x_j)>; got decay=None.")
         attention.log_decay(decay)
         if not causal:
             raise ValueError("positional='decay' needs causal=True: the decayed kernel "
@@ -266,7 +155,7 @@ class KernelAttentionHead(_Head):
         them to their log-features). The kernel stays nonnegative for nonnegative
         maps: every factor is positive. Causal or not.
     decay : float in (0, 1], default=None
-        The factor ``g`` of ``positional="decay"`` (required there, refused
+        The factor ``gamma`` of ``positional="decay"`` (required there, refused
         elsewhere).
     max_len : int, default=None
         Longest sequence of ``positional="learned"`` (required there; longer sequences
@@ -606,7 +495,7 @@ class KernelAttentionHead(_Head):
         The recurrent form of :meth:`forward`
         (:func:`minip_learn.nn.attention.recurrent_attend`): the prefix sketch
         ``S_i = g S_{i-1} + phi_K(x_i) v(x_i)^T``, ``s_i = g s_{i-1} + phi_K(x_i)``
-        (``g = decay``, 1 without) is the only state carried from one token to the
+        (``gamma = decay``, 1 without) is the only state carried from one token to the
         next (:meth:`state_floats` floats), and ``y_i = rho_{x_i}(phi_Q(x_i)^T S_i /
         phi_Q(x_i)^T s_i)``. Equal to :meth:`forward` up to rounding.
 

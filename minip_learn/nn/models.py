@@ -26,7 +26,8 @@ from torch import nn
 from .._validation import check_params
 from .attention import affine_readout
 from .feature_maps import get_feature_map
-from .heads import AffineReadout, KernelAttentionHead
+from .heads import KernelAttentionHead
+from .readout import AffineReadout
 
 __all__ = ["KernelAttentionModel", "MLPReadout"]
 

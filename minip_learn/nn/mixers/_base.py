@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from .._registry import Registry
-from ..heads import AffineReadout, ValueMap
+from ..readout import AffineReadout, ValueMap
 
 __all__ = [
     "MIXERS",
