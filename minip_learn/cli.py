@@ -291,7 +291,7 @@ def _certify_command(args):
         X = _load_family(args.family)
         bar.start("certify")
         _, cert = certify(X, query=args.query, positional=args.positional,
-                          return_certificate=True)
+                          return_certificate=True, progress=_progress(args))
         bar.start("write")
         write_text_atomic(out, cert.to_json())
     print(cert.summary())
@@ -311,7 +311,7 @@ def _verify_command(args):
         cert = _read_certificate(args.certificate)
         bar.start("verify")
         try:
-            verify_certificate(cert, X, query=args.query)
+            verify_certificate(cert, X, query=args.query, progress=_progress(args))
         except ValueError as exc:
             if not str(exc).startswith("certificate rejected"):
                 raise

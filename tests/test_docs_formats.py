@@ -8,7 +8,7 @@ from pathlib import Path
 from minip_learn import compact
 from minip_learn.model_selection import _records
 
-certify_module = importlib.import_module("minip_learn.theory.certify")
+certify_module = importlib.import_module("minip_learn.theory.certificate")
 PAGE = (Path(__file__).resolve().parents[1] / "docs" / "formats.rst").read_text()
 
 

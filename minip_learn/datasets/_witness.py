@@ -341,7 +341,8 @@ def make_witness_suite(
         family, X = _ordered(family, orders, rng)
         bar.start("certify")
         rank, cert = certify(family if X is None else X, query=query,
-                             positional=orders == "all", return_certificate=True)
+                             positional=orders == "all", return_certificate=True,
+                             progress=progress)
     params = dict(
         n_bits=n_bits, seq_len=seq_len, construction=construction, code=d.code_desc,
         n_queries=int(n), ladder_gap=d.ladder_gap,
@@ -622,7 +623,8 @@ def _exact_suite(n_bits, seq_len, max_sequences, n_queries, rng, random_state, q
     family, X = _ordered(family, orders, rng)
     bar.start("certify")
     rank, cert = certify(family if X is None else X, query=query,
-                         positional=orders == "all", return_certificate=True)
+                         positional=orders == "all", return_certificate=True,
+                         progress=bar.enabled)
     # the design: strictly diagonally dominant from exact_seq_len on, else R5 on the
     # single-step denominators (N-2)(D-1)
     design_bound = n if N >= exact_len else design_rank(witness_denominators(words, N)[0])

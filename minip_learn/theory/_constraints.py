@@ -23,7 +23,7 @@ import numpy as np
 from ..compact import is_compact, overlap_words, pack_tokens, smallest_int_dtype, token_ids
 
 __all__ = ["Constraints", "Reach", "constraints", "constraints_reference", "every_order_triples",
-           "isin", "reach", "reach_reference"]
+           "isin", "reach", "reach_reference", "with_singles"]
 
 
 class Constraints:
@@ -32,12 +32,14 @@ class Constraints:
     Token indices are held in the smallest dtype that fits (int16 below 32,768 tokens)
     and the gaps in the smallest one that holds ``n_bits``; the denominators ``K`` are
     computed from the gaps when asked for (``K=None``), as :func:`step_denominators`.
+    ``n_triples`` is the number of triples, kept by :meth:`release`.
     """
 
     def __init__(self, tokens, seq_len, x, y, z, K, gap):
         self.tokens = tokens
         self.seq_len = seq_len
         self.x, self.y, self.z, self._K, self.gap = x, y, z, K, gap
+        self.n_triples = len(x)
         self.words = pack_tokens(tokens)
 
     @property
@@ -75,11 +77,21 @@ def step_denominators(N, gap):
 
 
 class Reach:
-    """Best chains: rows ``(x, s, t)`` sorted, with denominator ``K`` and predecessor."""
+    """Best chains: rows ``(x, s, t)`` sorted, with denominator ``K`` and predecessor.
 
-    def __init__(self, x, s, t, K, pred):
+    ``singles``: the columns ``(x, s, t)`` of the rows :func:`reach` left out with
+    ``drop_single`` (each a source whose one key ``t`` is one step away), which
+    :func:`with_singles` puts back; None when none was left out.
+    """
+
+    def __init__(self, x, s, t, K, pred, singles=None):
         self.x, self.s, self.t, self.K, self.pred = x, s, t, K, pred
-        self.dropped = 0                    # rows left out (see reach's drop_single)
+        self.singles = singles
+
+    @property
+    def dropped(self):
+        """The number of rows left out (see :func:`reach`'s ``drop_single``)."""
+        return 0 if self.singles is None else len(self.singles[0])
 
     def __len__(self):
         return len(self.x)
@@ -507,7 +519,8 @@ def reach(cons, *, drop_single=False):
 
     ``drop_single``: leave out the rows of a source that reaches a single key when
     another source of the same query reaches more (the search takes such a source
-    only into a set of at most two; ``Reach.dropped`` counts the rows left out).
+    only into a set of at most two); ``Reach.singles`` keeps their ``(x, s, t)`` for
+    :func:`with_singles`, and ``Reach.dropped`` counts them.
     """
     if not _int64_safe(cons):
         return reach_reference(cons)
@@ -521,12 +534,12 @@ def reach(cons, *, drop_single=False):
                 b = int(np.searchsorted(cons.x, cons.x[a], side="right"))
         blocks.append((a, b))
         a = b
-    parts, dropped = [], 0
+    parts, singles = [], []
     for a, b in blocks or [(0, 0)]:
         cols = _reach_block(cons, a, b)
         if drop_single:
-            cols, n = _drop_single(cols, np.int64(len(cons.tokens)))
-            dropped += n
+            cols, left_out = _drop_single(cols, np.int64(len(cons.tokens)))
+            singles.append(left_out)
         parts.append(cols)
     if len({p[3].dtype for p in parts}) > 1:          # products as int64 in every block
         for p in parts:
@@ -537,14 +550,32 @@ def reach(cons, *, drop_single=False):
         for p in parts:
             p[c] = None
         cols.append(col[0] if len(col) == 1 else fill_from(col))
-    R = Reach(*cols)
-    R.dropped = dropped
-    return R
+    if singles:
+        singles = tuple(fill_from(list(col)) for col in zip(*singles))
+    return Reach(*cols, singles=singles or None)
+
+
+def with_singles(R, cons):
+    """``R`` with the rows :func:`reach` left out with ``drop_single`` put back: the
+    rows ``reach(cons)`` gives. ``cons`` may be released (its overlaps are read)."""
+    if not R.dropped:
+        return R
+    x, s, t = R.singles
+    K = step_denominators(cons.seq_len, cons.overlap(x, t) - cons.overlap(x, s))
+    cols = [np.concatenate(pair) for pair in
+            zip((R.x, R.s, R.t, R.K, R.pred), (x, s, t, K, s))]
+    T = np.int64(len(cons.tokens))
+    if float(T) ** 3 < 2.0 ** 62:           # rows are unique per (x, s, t)
+        order = np.argsort((cols[0].astype(np.int64) * T + cols[1]) * T + cols[2])
+    else:
+        order = np.lexsort((cols[2], cols[1], cols[0]))
+    return Reach(*(c[order] for c in cols))
 
 
 def _drop_single(cols, T):
     """The rows of ``cols`` (one block, sorted) without the sources reaching one key
-    whose query has a source reaching more; and the number of rows left out."""
+    whose query has a source reaching more; and the columns ``(x, s, t)`` of the rows
+    left out."""
     x, s = cols[0], cols[1]
     code = x.astype(np.int64) * T + s
     new = np.ones(len(code), dtype=bool)
@@ -558,9 +589,9 @@ def _drop_single(cols, T):
     best = np.maximum.reduceat(count, np.flatnonzero(qnew)) if len(qx) else count
     drop = (count == 1) & (best[qid] >= 2)
     if not drop.any():
-        return cols, 0
+        return cols, tuple(c[:0] for c in cols[:3])
     keep = ~np.repeat(drop, count)
-    return [c[keep] for c in cols], int(drop.sum())
+    return [c[keep] for c in cols], tuple(c[~keep] for c in cols[:3])
 
 
 def _reach_block(cons, a, b):

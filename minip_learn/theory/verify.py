@@ -43,6 +43,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from .._progress import stages
 from .._validation import check_sequences
 from ..compact import is_compact
 
@@ -327,7 +328,7 @@ def _scan_family(X, tokens, want, final_query=False, count=False, positional=Fal
     return found, unknown, (triples.count() if triples is not None else 0)
 
 
-def verify_certificate(certificate, X, *, query=None, raise_on_failure=True):
+def verify_certificate(certificate, X, *, query=None, raise_on_failure=True, progress=False):
     """Check a rank certificate against a family, independently of :func:`certify`.
 
     The certificate is read strictly (every field's JSON type, range and size, see
@@ -358,6 +359,10 @@ def verify_certificate(certificate, X, *, query=None, raise_on_failure=True):
     raise_on_failure : bool, default=True
         Raise a :class:`ValueError` naming the first failed check; otherwise return
         False.
+    progress : bool, default=False
+        Show a progress bar (:mod:`tqdm`, on standard error) naming each stage as it
+        runs: ``read`` (the certificate and the family's values), ``check`` (the two
+        fit each other, then the chains, the rank and the pass over the family).
 
     Returns
     -------
@@ -391,9 +396,17 @@ def verify_certificate(certificate, X, *, query=None, raise_on_failure=True):
     >>> verify_certificate(cert, suite.X, raise_on_failure=False)
     False
     """
-    c = _fields(_read(certificate))
-    if not is_compact(X):              # a CompactFamily was validated when it was made
-        X, _ = check_sequences(X, binary=True)
+    with stages("verify", ("read", "check"), progress) as bar:
+        bar.start("read")
+        c = _fields(_read(certificate))
+        if not is_compact(X):          # a CompactFamily was validated when it was made
+            X, _ = check_sequences(X, binary=True)
+        bar.start("check")
+        return _verify(c, X, query, raise_on_failure)
+
+
+def _verify(c, X, query, raise_on_failure):
+    """:func:`verify_certificate` of the checked fields ``c`` and a validated ``X``."""
     mode = c.query
     if query is None:
         query = mode
@@ -424,7 +437,7 @@ def verify_certificate(certificate, X, *, query=None, raise_on_failure=True):
 # --------------------------------------------------------------------------- the fields
 def _read(certificate):
     """A :class:`Certificate` from what :func:`verify_certificate` accepts."""
-    from .certify import Certificate
+    from .certificate import Certificate
 
     if isinstance(certificate, Certificate):
         return certificate

@@ -36,7 +36,8 @@ PREFIXES = ("certificate field", "certificate fields", "certificate lacks the fi
 
 
 def _module():
-    return sys.modules["minip_learn.theory.certify"]
+    """The module that reads certificates (its ``LARGE_JSON_VALUE``)."""
+    return sys.modules["minip_learn.theory.certificate"]
 
 
 @pytest.fixture(scope="module")

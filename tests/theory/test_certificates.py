@@ -327,7 +327,7 @@ def test_witness_family_matches_a_sequence_by_sequence_build():
 
 # --------------------------------------------------------------------------- search bounds
 def _brute_force_best(A, Kinv):
-    from minip_learn.theory.certify import _exact_rank
+    from minip_learn.theory._search import _exact_rank
 
     V, best = len(A), 1
     for size in range(2, V + 1):
@@ -354,7 +354,7 @@ def _random_graph(seed, V, density, denominators):
 @given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 9), density=st.floats(0.3, 1.0))
 def test_search_bounds_are_never_below_the_best_clique(seed, V, density):
 
-    from minip_learn.theory.certify import _clique_cover_bound, _root_bound
+    from minip_learn.theory._search import _clique_cover_bound, _root_bound
 
     A, Kinv = _random_graph(seed, V, density, [1, 2, 3, 5, 9, 25])
     best = _brute_force_best(A, Kinv)
@@ -370,7 +370,7 @@ def test_search_bounds_are_never_below_the_best_clique(seed, V, density):
 @given(seed=st.integers(0, 2**31 - 1), V=st.integers(2, 9), density=st.floats(0.3, 1.0))
 def test_exhaustive_search_finds_the_best_clique(seed, V, density):
 
-    from minip_learn.theory.certify import _exact_clique_search, _root_bound
+    from minip_learn.theory._search import _exact_clique_search, _root_bound
 
     # denominators whose sums often land exactly on integers (row sums 1, n^2/(n+S) whole)
     A, Kinv = _random_graph(seed, V, density, [1, 2, 3, 4, 6])
@@ -383,8 +383,8 @@ def test_exhaustive_search_finds_the_best_clique(seed, V, density):
 def test_upper_bound_is_the_best_over_every_clique_size():
     from fractions import Fraction
 
+    from minip_learn.theory._search import _upper_bound
     from minip_learn.theory.bounds import integer_above
-    from minip_learn.theory.certify import _upper_bound
 
     def above(q):
         r = 0
@@ -444,22 +444,23 @@ def test_verification_streams_over_slices(small, monkeypatch):
 
 
 # --------------------------------------------------------------------------- large families
-def _certify_module():
+def _module(name):
+    """A module of ``minip_learn.theory`` (``certify`` is also a function's name there)."""
     import sys
 
-    return sys.modules["minip_learn.theory.certify"]
+    return sys.modules[f"minip_learn.theory.{name}"]
 
 
 def test_everything_in_small_slices_gives_the_same_certificate(monkeypatch):
     """Constraints, chains, graph, denominators and gaps built a few rows at a time."""
-    C = _certify_module()
+    S = _module("_search")
     X = make_witness_suite(12, construction="exact").family
     whole = _certify(X).to_json()
     monkeypatch.setattr(_constraints, "SLOT_CHUNK", 97)
     monkeypatch.setattr(_constraints, "REACH_BLOCK", 61)
-    monkeypatch.setattr(C, "GRAPH_CHUNK", 13)
+    monkeypatch.setattr(S, "GRAPH_CHUNK", 13)
     assert _certify(X).to_json() == whole
-    monkeypatch.setattr(C, "GRAPH_CHUNK", 1)
+    monkeypatch.setattr(S, "GRAPH_CHUNK", 1)
     assert _certify(X).to_json() == whole
 
 
@@ -473,38 +474,46 @@ def test_indices_are_int16_and_denominators_come_from_the_gaps():
     assert R.t.dtype == R.pred.dtype == np.int16 and R.dropped == 0
 
 
-def test_sources_reaching_one_key_are_left_out_without_changing_the_certificate():
-    """``reach(drop_single=True)`` drops them; the certificate equals the reference's,
-    also on a family whose first search certifies less than 2 (the chains are then
-    computed again in full)."""
-    C = _certify_module()
+def test_sources_reaching_one_key_are_left_out_without_changing_the_certificate(monkeypatch):
+    """``reach(drop_single=True)`` leaves them out and keeps them aside; the certificate
+    equals the reference's, also on a family whose first search certifies less than 2
+    (the rows left out are then put back: the chains are computed once)."""
+    C, S = _module("certify"), _module("_search")
     X = _r6()
     cons = _constraints.constraints(X)
     full, part = _constraints.reach(cons), _constraints.reach(cons, drop_single=True)
     assert part.dropped == len(full) - len(part) > 0
+    cons.release()                           # the rows are put back from the overlaps
+    back = _constraints.with_singles(part, cons)
+    for got, want in zip((back.x, back.s, back.t, back.K, back.pred),
+                         (full.x, full.s, full.t, full.K, full.pred)):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
     assert _certify(X).to_json() == _certify(X, reference=True).to_json()
-    rng = np.random.default_rng(1)           # the 109th subfamily: the full recompute
+    rng = np.random.default_rng(1)           # the 109th subfamily: the rows put back
     for _ in range(109):
         X = ALL_MULTISETS4[rng.choice(len(ALL_MULTISETS4), rng.integers(10, 200),
                                       replace=False)]
-    calls = []
-    reach = C.reach
+    calls, put_back = [], []
+    reach, with_singles = C.reach, S.with_singles
 
-    def spy(cons, drop_single=False):
+    def spy_reach(cons, drop_single=False):
         calls.append(drop_single)
         return reach(cons, drop_single=drop_single)
 
-    C.reach = spy
-    try:
-        fast = _certify(X)
-    finally:
-        C.reach = reach
-    assert calls == [True, False]
+    def spy_put_back(R, cons):
+        put_back.append(R.dropped)
+        return with_singles(R, cons)
+
+    monkeypatch.setattr(C, "reach", spy_reach)
+    monkeypatch.setattr(S, "with_singles", spy_put_back)
+    fast = _certify(X)
+    assert calls == [True] and len(put_back) == 1 and put_back[0] > 0
     assert fast.to_json() == _certify(X, reference=True).to_json()
 
 
 def test_large_json_fields_are_read_by_numpy(small, monkeypatch):
-    C = _certify_module()
+    C = _module("certificate")
     X, cert = small
     text = cert.to_json()
     monkeypatch.setattr(C, "LARGE_JSON_VALUE", 50)
