@@ -576,6 +576,8 @@ def plot_exact(summary, length, *, axes=None, title=None):
     Returns
     -------
     axes : ndarray of two matplotlib Axes
+        The left (exact rank against ``n_bits``) and right (certified rank against
+        ``N``) panels.
 
     Examples
     --------

@@ -63,6 +63,23 @@ PREDICT_CHUNK_BYTES = 2**28
 #: What ``fit_members`` lets the members of one stack differ in.
 MEMBER_PARAMS = ("rank", "random_state")
 
+#: The types of the ``X`` and ``y`` that ``fit``, ``score`` and ``predict`` take, written
+#: once: :func:`data_doc` puts them where a docstring says ``%(X)s`` and ``%(y)s``.
+DATA_TYPES = {
+    "X": "array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), or "
+         "CompactFamily",
+    "y": "array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, "
+         "n_slots)",
+}
+
+
+def data_doc(method):
+    """Complete ``method``'s docstring with the types of ``X`` and ``y``
+    (:data:`DATA_TYPES`)."""
+    for key, types in DATA_TYPES.items():
+        method.__doc__ = method.__doc__.replace(f"%({key})s", types)
+    return method
+
 
 def _available_memory(device):
     """Free memory (bytes) on ``device``, or None when it cannot be told."""
@@ -413,20 +430,19 @@ class AttentionEstimator(BaseEstimator):
             split_every=checked.get("split_every"), progress=progress,
             **self._training_args(checked))
 
+    @data_doc
     def fit(self, X, y, *, check_minip=False):
         """Fit the head on sequences ``X`` with per-token targets ``y``.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
-or CompactFamily
+        X : %(X)s
             Token sequences of real token vectors; a 2-D array is read as sequences of
             one token. A :class:`~minip_learn.compact.CompactFamily` trains on its
             slots and their multiplicities, at the cost of ``n_slots`` tokens per
             sequence, with every slot's loss weighted by its multiplicity: the loss of
             the materialised family.
-        y : array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, \
-n_slots)
+        y : %(y)s
             Finite real targets, one per token (e.g.
             :func:`~minip_learn.datasets.minip_targets`); for a compact ``X``, one per
             slot, aligned with its ``token_ids`` (padding entries are ignored). For 3-D
@@ -463,6 +479,7 @@ n_slots)
         # the estimator as it was (unfitted, or fitted by the previous call).
         return self._set_fitted_state(res.members[0], data, module_params, fitted)
 
+    @data_doc
     def fit_members(self, X, y, params, *, progress=False):
         """Fit ``clone(self).set_params(**p)`` for every ``p`` in ``params`` at once.
 
@@ -473,10 +490,8 @@ n_slots)
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
-or CompactFamily
-        y : array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, \
-n_slots)
+        X : %(X)s
+        y : %(y)s
             As in :meth:`fit`.
         params : list of dict
             The parameters of every member; keys among ``rank`` (estimators with a
@@ -722,6 +737,7 @@ n_slots)
 class ExactMatchScore:
     """The sequence exact-match ``score`` of every estimator of this library."""
 
+    @data_doc
     def score(self, X, y, sample_weight=None):
         """Sequence exact-match accuracy: the fraction of sequences whose every
         position is predicted correctly (within 1/2 of its target for a regressor, its
@@ -733,10 +749,8 @@ class ExactMatchScore:
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
-or CompactFamily
-        y : array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, \
-n_slots)
+        X : %(X)s
+        y : %(y)s
             For a compact ``X``, one target per slot; padding entries are ignored. For
             3-D ``X``, shape ``(n_samples,)``: final-query targets.
         sample_weight : None
@@ -754,13 +768,13 @@ n_slots)
 class AttentionRegressorMixin(ExactMatchScore, RegressorMixin):
     """Real outputs per token, exact when within 1/2 of the target."""
 
+    @data_doc
     def predict(self, X):
         """Real-valued outputs ``p_i`` for every token.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
-or CompactFamily
+        X : %(X)s
             Sequences of any length; tokens must have the ``n_bits`` seen in fit.
 
         Returns

@@ -8,7 +8,7 @@ from sklearn.utils.multiclass import check_classification_targets
 
 from .._validation import check_minip_targets, check_targets, ravel_column_vector
 from ..compact import is_compact
-from ._base import ExactMatchScore
+from ._base import ExactMatchScore, data_doc
 from .kernel import KernelAttentionBase
 
 __all__ = ["KernelAttentionClassifier"]
@@ -130,15 +130,14 @@ device, random_state, verbose
         self.classes_ = np.arange(module.n_outputs)
         return self
 
+    @data_doc
     def fit(self, X, y, *, check_minip=False):
         """Fit the classifier on sequences ``X`` with per-token class labels ``y``.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
-or CompactFamily
-        y : array-like of shape (n_samples, seq_len) or (n_samples,), or (n_samples, \
-n_slots)
+        X : %(X)s
+        y : %(y)s
             Class labels, one per token (e.g. Min-IP targets ``0..n_bits``); for a
             compact ``X``, one per slot (padding entries are ignored).
         check_minip : bool, default=False
@@ -150,13 +149,13 @@ n_slots)
         """
         return super().fit(X, y, check_minip=check_minip)
 
+    @data_doc
     def predict(self, X):
         """Predicted class of every token (argmax of its logits).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits), \
-or CompactFamily
+        X : %(X)s
 
         Returns
         -------

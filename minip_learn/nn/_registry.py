@@ -5,10 +5,53 @@ values a ``feature_map=`` or ``mixer=`` parameter takes: a registered name, a su
 of the base (used as it is), or a user's :class:`torch.nn.Module` class or factory,
 which is wrapped in the registry's user class. The public functions of
 :mod:`minip_learn.nn.feature_maps` and :mod:`minip_learn.nn.mixers`
-(``register_*``, ``available_*``, ``*_table``, ``get_*``, ``make_*``) are its methods.
+(``register_*``, ``available_*``, ``*_table``, ``get_*``, ``make_*``) are its methods,
+and the parts of their docstrings that read the same for every registry are written
+once here (:data:`DOC_BLOCKS`, :meth:`Registry.document`). A user's module is held by
+the user class through :class:`UserModule`.
 """
 
-__all__ = ["Registry"]
+import torch
+from torch import nn
+
+__all__ = ["DOC_BLOCKS", "Registry", "UserModule"]
+
+#: Docstring blocks shared by the registries' public functions and user classes:
+#: ``%(key)s`` in a docstring completed by :meth:`Registry.document` becomes the block,
+#: with ``{base}``, ``{user}``, ``{kind}`` and ``{options}`` those of the registry.
+DOC_BLOCKS = {
+    "unregister": """Parameters
+    ----------
+    name : str
+        A registered name.
+
+    Returns
+    -------
+    cls : {base} subclass
+        The class that was registered under ``name``.
+
+    Raises
+    ------
+    KeyError
+        If ``name`` is not registered.""",
+    "register_returns": """Returns
+    -------
+    decorator : callable""",
+    "get_raises": """Raises
+    ------
+    ValueError
+        If the value is an unknown name (the message lists the valid names) or neither a
+        name nor callable.""",
+    "user": """factory : callable
+        A module class or a function returning a module.
+    **kwargs
+        Passed to ``factory`` (the estimator's ``{options}``).
+
+    Attributes
+    ----------
+    module : torch.nn.Module
+        The user's {kind}.""",
+}
 
 
 class Registry:
@@ -151,3 +194,61 @@ class Registry:
         if isinstance(value, str):
             return value in self.classes
         return any(value is cls for cls in self.classes.values())
+
+    @property
+    def options(self):
+        """The estimator parameter of the keyword options :attr:`call` passes
+        (``"feature_kwargs"``)."""
+        return self.call.rsplit("**", 1)[-1].rstrip(")")
+
+    def document(self, obj):
+        """Complete the docstring of ``obj`` (a function or class): each ``%(key)s`` of
+        :data:`DOC_BLOCKS` becomes that block, written for this registry."""
+        fields = {"base": self.base.__name__, "user": self.user.__name__,
+                  "kind": self.kind, "options": self.options}
+        for key, block in DOC_BLOCKS.items():
+            obj.__doc__ = obj.__doc__.replace(f"%({key})s", block.format(**fields))
+        return obj
+
+    def check_shape(self, out, value, expected, *, what, tokens, shape):
+        """Raise a ValueError naming ``parameter=value`` unless ``out`` is a tensor of
+        shape ``expected``: ``what`` it holds (``"features"``), the shapes of the tokens
+        and of ``out`` in words (``tokens``, ``shape``)."""
+        label = self.name(value)
+        if not isinstance(out, torch.Tensor):
+            raise ValueError(
+                f"{self.parameter}={label!r} must return a torch.Tensor of {what}; got "
+                f"{type(out).__name__}."
+            )
+        if tuple(out.shape) != expected:
+            raise ValueError(
+                f"{self.parameter}={label!r} must map tokens of shape {tokens} to {what} "
+                f"of shape {shape} = {expected}; got shape {tuple(out.shape)}."
+            )
+
+
+class UserModule:
+    """What the user classes of the registries share: the user's module, run as the
+    forward.
+
+    :class:`~minip_learn.nn.UserFeatureMap` and :class:`~minip_learn.nn.UserMixer`
+    call :meth:`hold` from their constructor and declare the rest.
+    """
+
+    def hold(self, registry, factory, *args, **kwargs):
+        """Keep ``factory``, its readable name (``name``) and the module
+        ``factory(*args, **kwargs)`` (``module``); a ValueError naming
+        ``registry.parameter`` when that is not a :class:`torch.nn.Module`."""
+        self.factory = factory
+        self.name = registry.name(factory)
+        module = factory(*args, **kwargs)
+        if not isinstance(module, nn.Module):
+            called_as = registry.parameter + registry.call[registry.call.index("("):]
+            raise ValueError(
+                f"{registry.parameter}={self.name!r} must build a torch.nn.Module when "
+                f"called as {called_as}; got {type(module).__name__}."
+            )
+        self.module = module
+
+    def forward(self, x):
+        return self.module(x)

@@ -29,7 +29,7 @@ import math
 import torch
 from torch import nn
 
-from ._registry import Registry
+from ._registry import Registry, UserModule
 
 __all__ = [
     "FeatureMap",
@@ -43,251 +43,6 @@ __all__ = [
     "unregister_feature_map",
 ]
 
-
-def register_feature_map(name):
-    """Class decorator adding a :class:`FeatureMap` subclass to the registry.
-
-    Parameters
-    ----------
-    name : str
-        Registry name (must be new); the class gets it as ``name``.
-
-    Returns
-    -------
-    decorator : callable
-
-    Examples
-    --------
-    >>> import torch
-    >>> from minip_learn.nn import (FeatureMap, make_feature_map, register_feature_map,
-    ...                             unregister_feature_map)
-    >>> @register_feature_map("doc-sigmoid")
-    ... class Sigmoid(FeatureMap):
-    ...     def activation(self, z):
-    ...         return torch.sigmoid(z)
-    >>> make_feature_map("doc-sigmoid", 4, 2)(torch.ones(3, 4)).shape
-    torch.Size([3, 2])
-    >>> _ = unregister_feature_map("doc-sigmoid")  # keep the registry as it was
-    """
-    return FEATURE_MAPS.register(name)
-
-
-def unregister_feature_map(name):
-    """Remove a feature map from the registry (the inverse of
-    :func:`register_feature_map`).
-
-    Parameters
-    ----------
-    name : str
-        A registered name.
-
-    Returns
-    -------
-    cls : FeatureMap subclass
-        The class that was registered under ``name``.
-
-    Raises
-    ------
-    KeyError
-        If ``name`` is not registered.
-
-    Examples
-    --------
-    >>> from minip_learn.nn import FeatureMap, register_feature_map, unregister_feature_map
-    >>> Doc = register_feature_map("doc-constant")(type("Doc", (FeatureMap,), {}))
-    >>> unregister_feature_map("doc-constant") is Doc
-    True
-    """
-    return FEATURE_MAPS.unregister(name)
-
-
-def available_feature_maps(*, nonnegative=None):
-    """Names of the registered feature maps, sorted.
-
-    Parameters
-    ----------
-    nonnegative : bool or None, default=None
-        If given, only maps whose ``nonnegative`` flag equals it.
-
-    Returns
-    -------
-    names : list of str
-
-    Examples
-    --------
-    >>> from minip_learn.nn import available_feature_maps
-    >>> {"elu+1", "exp", "favor+", "table"} <= set(available_feature_maps())
-    True
-    """
-    return FEATURE_MAPS.available(nonnegative=nonnegative)
-
-
-def feature_map_table():
-    """The registry as a table: one row per registered feature map, sorted by name.
-
-    The documentation's list of feature maps is generated from these rows, so it always
-    names exactly the registered maps.
-
-    Returns
-    -------
-    rows : list of dict
-        In the order of :func:`available_feature_maps`, one dict per map with keys
-        ``"name"`` (the registry name), ``"paper"`` (the class's ``paper`` declaration:
-        the paper the map follows, or that it is a baseline of this library; None for a
-        map that declares nothing), ``"nonnegative"`` (its features are ``>= 0``),
-        ``"kernel_nonnegative"`` (its kernel ``<phi_Q(x), phi_K(z)>`` is ``>= 0`` for
-        every pair of tokens: the hypothesis of the lower bound, :ref:`theory-r5`) and
-        ``"class"`` (the qualified name of the class).
-
-    Examples
-    --------
-    >>> from minip_learn.nn import available_feature_maps, feature_map_table
-    >>> rows = feature_map_table()
-    >>> [row["name"] for row in rows] == available_feature_maps()
-    True
-    >>> taylor = next(row for row in rows if row["name"] == "taylor")
-    >>> taylor["nonnegative"], taylor["kernel_nonnegative"]
-    (False, True)
-    >>> next(row["paper"] for row in rows if row["name"] == "elu+1")
-    'Katharopoulos et al. 2020, Transformers are RNNs'
-    """
-    return FEATURE_MAPS.table()
-
-
-def get_feature_map(name):
-    """Return the feature-map class that ``feature_map=name`` builds.
-
-    Parameters
-    ----------
-    name : str, FeatureMap subclass or callable
-        A registered name, a :class:`FeatureMap` subclass (returned as is), or a user's
-        map: a :class:`torch.nn.Module` class or any factory called as
-        ``name(n_bits, rank, **feature_kwargs)``, for which :class:`UserFeatureMap`
-        (the wrapper :func:`make_feature_map` puts around it) is returned.
-
-    Returns
-    -------
-    cls : FeatureMap subclass
-        Its class attributes are the map's declarations (``paper``, ``nonnegative``,
-        ``kernel_nonnegative``, ``log_domain``, ``requires_vocabulary``, ``fused``,
-        ``rank_maskable``).
-
-    Raises
-    ------
-    ValueError
-        If ``name`` is an unknown name (the message lists the valid names) or neither a
-        name nor callable.
-
-    Examples
-    --------
-    >>> from torch import nn
-    >>> from minip_learn.nn import get_feature_map
-    >>> get_feature_map("elu+1").name
-    'elu+1'
-    >>> get_feature_map(nn.Linear).__name__, get_feature_map(nn.Linear).nonnegative
-    ('UserFeatureMap', False)
-    """
-    return FEATURE_MAPS.get(name)
-
-
-def feature_map_name(name):
-    """Readable name of a ``feature_map=`` value, for messages and tables.
-
-    Examples
-    --------
-    >>> from torch import nn
-    >>> from minip_learn.nn.feature_maps import feature_map_name
-    >>> feature_map_name("relu"), feature_map_name(nn.Linear)
-    ('relu', 'torch.nn.modules.linear.Linear')
-    """
-    return FEATURE_MAPS.name(name)
-
-
-def is_registered(name):
-    """Whether ``name`` is a registered map (by name or class): maps the library checks
-    itself, whose outputs :func:`check_feature_map_output` need not check at fit."""
-    return FEATURE_MAPS.is_registered(name)
-
-
-def make_feature_map(name, n_bits, rank, **kwargs):
-    """Build the feature map ``name`` from ``n_bits`` inputs to ``rank`` features.
-
-    Parameters
-    ----------
-    name : str, FeatureMap subclass or callable
-        As in :func:`get_feature_map`; a user's module class or factory is called as
-        ``name(n_bits, rank, **kwargs)`` and wrapped in :class:`UserFeatureMap`.
-    n_bits, rank : int
-        Input bits and number of features.
-    **kwargs
-        Options of the map class (``width``, ``depth``, ``floor``, ``vocabulary`` ...).
-
-    Returns
-    -------
-    FeatureMap
-
-    Examples
-    --------
-    >>> import torch
-    >>> from minip_learn.nn import make_feature_map
-    >>> phi = make_feature_map("elu+1", n_bits=6, rank=4)
-    >>> out = phi(torch.ones(3, 6))
-    >>> bool((out > 0).all()), tuple(out.shape)
-    (True, (3, 4))
-    >>> make_feature_map(torch.nn.Linear, 6, 4)(torch.ones(3, 6)).shape
-    torch.Size([3, 4])
-    """
-    return FEATURE_MAPS.make(name, n_bits, rank, **kwargs)
-
-
-def check_feature_map_output(phi, x, name):
-    """Check that the map ``phi`` sends the tokens ``x`` to a tensor of features of
-    shape ``(len(x), rank)`` without NaN: a clear ValueError naming the map otherwise.
-
-    Parameters
-    ----------
-    phi : FeatureMap
-    x : Tensor of shape (n_tokens, n_bits)
-    name : str, FeatureMap subclass or callable
-        The ``feature_map=`` value, named in the message.
-
-    Raises
-    ------
-    ValueError
-        If the output is not a tensor, has another shape, or contains NaN.
-
-    Examples
-    --------
-    >>> import torch
-    >>> from minip_learn.nn import check_feature_map_output, make_feature_map
-    >>> phi = make_feature_map(torch.nn.Linear, 6, 3)
-    >>> check_feature_map_output(phi, torch.zeros(5, 6), torch.nn.Linear)
-    >>> short = make_feature_map(lambda n_bits, rank: torch.nn.Linear(n_bits, rank - 1), 6, 3)
-    >>> check_feature_map_output(short, torch.zeros(5, 6), "my map")
-    Traceback (most recent call last):
-    ...
-    ValueError: feature_map='my map' must map tokens of shape (n_tokens, n_bits) to ...
-    """  # noqa: E501
-    label = feature_map_name(name)
-    with torch.no_grad():
-        out = phi.log_features(x) if phi.log_domain else phi(x)
-    expected = (x.shape[0], phi.rank)
-    if not isinstance(out, torch.Tensor):
-        raise ValueError(
-            f"feature_map={label!r} must return a torch.Tensor of features; got "
-            f"{type(out).__name__}."
-        )
-    if tuple(out.shape) != expected:
-        raise ValueError(
-            f"feature_map={label!r} must map tokens of shape (n_tokens, n_bits) to "
-            f"features of shape (n_tokens, rank) = {expected}; got shape "
-            f"{tuple(out.shape)}."
-        )
-    if torch.isnan(out).any():
-        raise ValueError(
-            f"feature_map={label!r} returns NaN features on "
-            f"{int(torch.isnan(out).any(-1).sum())} of the {len(x)} training tokens."
-        )
 
 def _encoder(n_in, n_out, width, depth):
     if depth == 0:
@@ -417,7 +172,7 @@ class FeatureMap(nn.Module):
         return f"name={self.name!r}, n_bits={self.n_bits}, rank={self.rank}"
 
 
-class UserFeatureMap(FeatureMap):
+class UserFeatureMap(UserModule, FeatureMap):
     """A user's map, ``factory(n_bits, rank, **kwargs)``, seen as a :class:`FeatureMap`.
 
     :func:`make_feature_map` wraps any :class:`torch.nn.Module` class or factory that
@@ -433,15 +188,7 @@ class UserFeatureMap(FeatureMap):
     ----------
     n_bits, rank : int
         Passed to ``factory`` first.
-    factory : callable
-        A module class or a function returning a module.
-    **kwargs
-        Passed to ``factory`` (the estimator's ``feature_kwargs``).
-
-    Attributes
-    ----------
-    module : torch.nn.Module
-        The user's map.
+    %(user)s
 
     Examples
     --------
@@ -461,18 +208,7 @@ class UserFeatureMap(FeatureMap):
         nn.Module.__init__(self)
         self.n_bits = n_bits
         self.rank = rank
-        self.factory = factory
-        self.name = feature_map_name(factory)
-        module = factory(n_bits, rank, **kwargs)
-        if not isinstance(module, nn.Module):
-            raise ValueError(
-                f"feature_map={self.name!r} must build a torch.nn.Module when called as "
-                f"feature_map(n_bits, rank, **feature_kwargs); got {type(module).__name__}."
-            )
-        self.module = module
-
-    def forward(self, x):
-        return self.module(x)
+        self.hold(FEATURE_MAPS, factory, n_bits, rank, **kwargs)
 
 
 #: The registry of feature maps: names to :class:`FeatureMap` subclasses.
@@ -482,6 +218,216 @@ FEATURE_MAPS = Registry(
     columns={"paper": lambda cls: cls.paper,
              "nonnegative": lambda cls: bool(cls.nonnegative),
              "kernel_nonnegative": lambda cls: bool(cls.kernel_nonnegative)})
+FEATURE_MAPS.document(UserFeatureMap)
+#: Readable name of a ``feature_map=`` value, for messages and tables.
+feature_map_name = FEATURE_MAPS.name
+#: Whether a ``feature_map=`` value is a registered map (by name or class): maps the
+#: library checks itself, whose outputs :func:`check_feature_map_output` need not check
+#: at fit.
+is_registered = FEATURE_MAPS.is_registered
+
+
+@FEATURE_MAPS.document
+def register_feature_map(name):
+    """Class decorator adding a :class:`FeatureMap` subclass to the registry.
+
+    Parameters
+    ----------
+    name : str
+        Registry name (must be new); the class gets it as ``name``.
+
+    %(register_returns)s
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import (FeatureMap, make_feature_map, register_feature_map,
+    ...                             unregister_feature_map)
+    >>> @register_feature_map("doc-sigmoid")
+    ... class Sigmoid(FeatureMap):
+    ...     def activation(self, z):
+    ...         return torch.sigmoid(z)
+    >>> make_feature_map("doc-sigmoid", 4, 2)(torch.ones(3, 4)).shape
+    torch.Size([3, 2])
+    >>> _ = unregister_feature_map("doc-sigmoid")  # keep the registry as it was
+    """
+    return FEATURE_MAPS.register(name)
+
+
+@FEATURE_MAPS.document
+def unregister_feature_map(name):
+    """Remove a feature map from the registry (the inverse of
+    :func:`register_feature_map`).
+
+    %(unregister)s
+
+    Examples
+    --------
+    >>> from minip_learn.nn import FeatureMap, register_feature_map, unregister_feature_map
+    >>> Doc = register_feature_map("doc-constant")(type("Doc", (FeatureMap,), {}))
+    >>> unregister_feature_map("doc-constant") is Doc
+    True
+    """
+    return FEATURE_MAPS.unregister(name)
+
+
+def available_feature_maps(*, nonnegative=None):
+    """Names of the registered feature maps, sorted.
+
+    Parameters
+    ----------
+    nonnegative : bool or None, default=None
+        If given, only maps whose ``nonnegative`` flag equals it.
+
+    Returns
+    -------
+    names : list of str
+
+    Examples
+    --------
+    >>> from minip_learn.nn import available_feature_maps
+    >>> {"elu+1", "exp", "favor+", "table"} <= set(available_feature_maps())
+    True
+    """
+    return FEATURE_MAPS.available(nonnegative=nonnegative)
+
+
+def feature_map_table():
+    """The registry as a table: one row per registered feature map, sorted by name.
+
+    The documentation's list of feature maps is generated from these rows, so it always
+    names exactly the registered maps.
+
+    Returns
+    -------
+    rows : list of dict
+        In the order of :func:`available_feature_maps`, one dict per map with keys
+        ``"name"`` (the registry name), ``"paper"`` (the class's ``paper`` declaration:
+        the paper the map follows, or that it is a baseline of this library; None for a
+        map that declares nothing), ``"nonnegative"`` (its features are ``>= 0``),
+        ``"kernel_nonnegative"`` (its kernel ``<phi_Q(x), phi_K(z)>`` is ``>= 0`` for
+        every pair of tokens: the hypothesis of the lower bound, :ref:`theory-r5`) and
+        ``"class"`` (the qualified name of the class).
+
+    Examples
+    --------
+    >>> from minip_learn.nn import available_feature_maps, feature_map_table
+    >>> rows = feature_map_table()
+    >>> [row["name"] for row in rows] == available_feature_maps()
+    True
+    >>> taylor = next(row for row in rows if row["name"] == "taylor")
+    >>> taylor["nonnegative"], taylor["kernel_nonnegative"]
+    (False, True)
+    >>> next(row["paper"] for row in rows if row["name"] == "elu+1")
+    'Katharopoulos et al. 2020, Transformers are RNNs'
+    """
+    return FEATURE_MAPS.table()
+
+
+@FEATURE_MAPS.document
+def get_feature_map(name):
+    """Return the feature-map class that ``feature_map=name`` builds.
+
+    Parameters
+    ----------
+    name : str, FeatureMap subclass or callable
+        A registered name, a :class:`FeatureMap` subclass (returned as is), or a user's
+        map: a :class:`torch.nn.Module` class or any factory called as
+        ``name(n_bits, rank, **feature_kwargs)``, for which :class:`UserFeatureMap`
+        (the wrapper :func:`make_feature_map` puts around it) is returned.
+
+    Returns
+    -------
+    cls : FeatureMap subclass
+        Its class attributes are the map's declarations (``paper``, ``nonnegative``,
+        ``kernel_nonnegative``, ``log_domain``, ``requires_vocabulary``, ``fused``,
+        ``rank_maskable``).
+
+    %(get_raises)s
+
+    Examples
+    --------
+    >>> from torch import nn
+    >>> from minip_learn.nn import get_feature_map
+    >>> get_feature_map("elu+1").name
+    'elu+1'
+    >>> get_feature_map(nn.Linear).__name__, get_feature_map(nn.Linear).nonnegative
+    ('UserFeatureMap', False)
+    """
+    return FEATURE_MAPS.get(name)
+
+
+@FEATURE_MAPS.document
+def make_feature_map(name, n_bits, rank, **kwargs):
+    """Build the feature map ``name`` from ``n_bits`` inputs to ``rank`` features.
+
+    Parameters
+    ----------
+    name : str, FeatureMap subclass or callable
+        As in :func:`get_feature_map`; a user's module class or factory is called as
+        ``name(n_bits, rank, **kwargs)`` and wrapped in :class:`UserFeatureMap`.
+    n_bits, rank : int
+        Input bits and number of features.
+    **kwargs
+        Options of the map class (``width``, ``depth``, ``floor``, ``vocabulary`` ...).
+
+    Returns
+    -------
+    FeatureMap
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import make_feature_map
+    >>> phi = make_feature_map("elu+1", n_bits=6, rank=4)
+    >>> out = phi(torch.ones(3, 6))
+    >>> bool((out > 0).all()), tuple(out.shape)
+    (True, (3, 4))
+    >>> make_feature_map(torch.nn.Linear, 6, 4)(torch.ones(3, 6)).shape
+    torch.Size([3, 4])
+    """
+    return FEATURE_MAPS.make(name, n_bits, rank, **kwargs)
+
+
+def check_feature_map_output(phi, x, name):
+    """Check that the map ``phi`` sends the tokens ``x`` to a tensor of features of
+    shape ``(len(x), rank)`` without NaN: a clear ValueError naming the map otherwise.
+
+    Parameters
+    ----------
+    phi : FeatureMap
+    x : Tensor of shape (n_tokens, n_bits)
+    name : str, FeatureMap subclass or callable
+        The ``feature_map=`` value, named in the message.
+
+    Raises
+    ------
+    ValueError
+        If the output is not a tensor, has another shape, or contains NaN.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import check_feature_map_output, make_feature_map
+    >>> phi = make_feature_map(torch.nn.Linear, 6, 3)
+    >>> check_feature_map_output(phi, torch.zeros(5, 6), torch.nn.Linear)
+    >>> short = make_feature_map(lambda n_bits, rank: torch.nn.Linear(n_bits, rank - 1), 6, 3)
+    >>> check_feature_map_output(short, torch.zeros(5, 6), "my map")
+    Traceback (most recent call last):
+    ...
+    ValueError: feature_map='my map' must map tokens of shape (n_tokens, n_bits) to ...
+    """  # noqa: E501
+    with torch.no_grad():
+        out = phi.log_features(x) if phi.log_domain else phi(x)
+    FEATURE_MAPS.check_shape(out, name, (x.shape[0], phi.rank), what="features",
+                             tokens="(n_tokens, n_bits)", shape="(n_tokens, rank)")
+    if torch.isnan(out).any():
+        raise ValueError(
+            f"feature_map={feature_map_name(name)!r} returns NaN features on "
+            f"{int(torch.isnan(out).any(-1).sum())} of the {len(x)} training tokens."
+        )
+
+
 
 
 @register_feature_map("elu+1")
@@ -522,15 +468,10 @@ class Softplus(FeatureMap):
 
 
 @register_feature_map("squared_relu")
-class SquaredReLU(FeatureMap):
+class SquaredReLU(ReLUFloor):
     """``relu(z)^2 + floor`` (default floor ``1e-4``)."""
 
     paper = "none: a baseline of this library"
-    fused = "linear"
-
-    def __init__(self, n_bits, rank, *, floor=1e-4, **kwargs):
-        super().__init__(n_bits, rank, **kwargs)
-        self.floor = float(floor)
 
     def activation(self, z):
         return torch.relu(z).square() + self.floor

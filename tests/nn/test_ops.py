@@ -319,7 +319,10 @@ def _triangles(paths):
 
 
 def _modules(*, mixers):
+    """The package's torch modules (numpy code such as the theory layer builds no
+    attention masks), the mixers or the others, the masks module aside."""
     return [path for path in sorted(PACKAGE.rglob("*.py")) if path != MASKS_MODULE
+            and re.search(r"^import torch|^from torch", path.read_text(), flags=re.M)
             and path.relative_to(PACKAGE).as_posix().startswith("nn/mixers") == mixers]
 
 

@@ -40,6 +40,7 @@ True
 """
 
 from ..ops.masks import DECAY_BLOCK_ELEMENTS, decayed_scores  # noqa: F401
+from . import _base
 from ._base import (  # noqa: F401  (MIXERS, THEOREM_VALUES, QKVMaps, mixer_name too)
     MIXERS,
     THEOREM_VALUES,
@@ -65,24 +66,19 @@ from .linear import LinearAttentionMixer
 from .mamba import MambaMixer
 from .softmax import SoftmaxMixer
 
+#: The names of the base that only the mixer modules read: the package does not export
+#: them (they stay importable from it).
+_BASE_ONLY = ("MIXERS", "THEOREM_VALUES", "HeadMixer", "MatrixStateMixer", "QKVMaps",
+              "mixer_name")
+
 __all__ = [
     "DeltaNetMixer",
     "GatedLinearAttentionMixer",
     "KernelMixer",
     "LinearAttentionMixer",
     "MambaMixer",
-    "Mixer",
     "PositionalKernelMixer",
     "RetNetMixer",
     "SoftmaxMixer",
-    "TokenMaps",
-    "UserMixer",
-    "available_mixers",
-    "check_mixer_output",
-    "get_mixer",
-    "make_mixer",
-    "mixer_table",
-    "register_mixer",
-    "unregister_mixer",
 ]
-
+__all__ += [name for name in _base.__all__ if name not in _BASE_ONLY]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .._registry import Registry
+from .._registry import Registry, UserModule
 from ..readout import AffineReadout, ValueMap
 
 __all__ = [
@@ -276,7 +276,7 @@ class Mixer(nn.Module):
                 f"value_dim={self.value_dim}")
 
 
-class UserMixer(Mixer):
+class UserMixer(UserModule, Mixer):
     """A user's mixer, ``factory(n_bits, state_size, **kwargs)``, seen as a :class:`Mixer`.
 
     :func:`make_mixer` wraps any :class:`torch.nn.Module` class or factory that is not a
@@ -289,15 +289,7 @@ class UserMixer(Mixer):
     ----------
     n_bits, state_size : int
         Passed to ``factory`` first.
-    factory : callable
-        A module class or a function returning a module.
-    **kwargs
-        Passed to ``factory`` (the estimator's ``mixer_kwargs``).
-
-    Attributes
-    ----------
-    module : torch.nn.Module
-        The user's mixer.
+    %(user)s
 
     Examples
     --------
@@ -316,18 +308,7 @@ class UserMixer(Mixer):
     def __init__(self, n_bits, state_size, *, factory, **kwargs):
         super().__init__(n_bits, state_size, own_maps=False)
         self.value_dim = None  # the user's module declares none
-        self.factory = factory
-        self.name = mixer_name(factory)
-        module = factory(n_bits, state_size, **kwargs)
-        if not isinstance(module, nn.Module):
-            raise ValueError(
-                f"mixer={self.name!r} must build a torch.nn.Module when called as "
-                f"mixer(n_bits, state_size, **mixer_kwargs); got {type(module).__name__}."
-            )
-        self.module = module
-
-    def forward(self, x):
-        return self.module(x)
+        self.hold(MIXERS, factory, n_bits, state_size, **kwargs)
 
     def recurrent(self, x):
         """The user's module's own ``recurrent(x)``, when it defines one."""
@@ -424,8 +405,12 @@ MIXERS = Registry(
              "paper": lambda cls: cls.paper,
              "state": lambda cls: cls.state_formula},
     check=_check_declarations)
+MIXERS.document(UserMixer)
+#: Readable name of a ``mixer=`` value, for messages and tables.
+mixer_name = MIXERS.name
 
 
+@MIXERS.document
 def register_mixer(name):
     """Class decorator adding a :class:`Mixer` subclass to the registry.
 
@@ -436,9 +421,7 @@ def register_mixer(name):
         declare ``theorem`` as one of ``"yes"``, ``"positional"``, ``"no"`` (and
         ``theorem_condition`` when it defines ``meets_theorem_condition``).
 
-    Returns
-    -------
-    decorator : callable
+    %(register_returns)s
 
     Examples
     --------
@@ -471,23 +454,11 @@ def register_mixer(name):
     return MIXERS.register(name)
 
 
+@MIXERS.document
 def unregister_mixer(name):
     """Remove a mixer from the registry (the inverse of :func:`register_mixer`).
 
-    Parameters
-    ----------
-    name : str
-        A registered name.
-
-    Returns
-    -------
-    cls : Mixer subclass
-        The class that was registered under ``name``.
-
-    Raises
-    ------
-    KeyError
-        If ``name`` is not registered.
+    %(unregister)s
 
     Examples
     --------
@@ -547,6 +518,7 @@ def mixer_table():
     return MIXERS.table()
 
 
+@MIXERS.document
 def get_mixer(value):
     """Return the mixer class that ``mixer=value`` builds.
 
@@ -564,11 +536,7 @@ def get_mixer(value):
         Its class attributes are the mixer's declarations (``theorem``,
         ``theorem_condition``, ``paper``, ``state_formula``, ``forward_form``).
 
-    Raises
-    ------
-    ValueError
-        If ``value`` is an unknown name (the message lists the valid names) or neither a
-        name nor callable.
+    %(get_raises)s
 
     Examples
     --------
@@ -582,19 +550,7 @@ def get_mixer(value):
     return MIXERS.get(value)
 
 
-def mixer_name(value):
-    """Readable name of a ``mixer=`` value, for messages and tables.
-
-    Examples
-    --------
-    >>> from torch import nn
-    >>> from minip_learn.nn.mixers import mixer_name
-    >>> mixer_name("gla"), mixer_name(nn.Linear)
-    ('gla', 'torch.nn.modules.linear.Linear')
-    """
-    return MIXERS.name(value)
-
-
+@MIXERS.document
 def make_mixer(mixer, n_bits, state_size, **kwargs):
     """Build the mixer ``mixer`` on ``n_bits`` inputs with state dimension ``state_size``.
 
@@ -665,16 +621,8 @@ def check_mixer_output(module, x, name):
             f"mixer={label!r} fails on tokens of shape {tuple(x.shape)} (batch, seq_len, "
             f"n_bits): {type(exc).__name__}: {exc}"
         ) from exc
-    if not isinstance(out, torch.Tensor):
-        raise ValueError(
-            f"mixer={label!r} must return a torch.Tensor of outputs; got "
-            f"{type(out).__name__}."
-        )
-    if tuple(out.shape) != expected:
-        raise ValueError(
-            f"mixer={label!r} must map tokens of shape (batch, seq_len, n_bits) to outputs "
-            f"of shape (batch, seq_len) = {expected}; got shape {tuple(out.shape)}."
-        )
+    MIXERS.check_shape(out, name, expected, what="outputs",
+                       tokens="(batch, seq_len, n_bits)", shape="(batch, seq_len)")
     bad = ~torch.isfinite(out)
     if bad.any():
         raise ValueError(

@@ -60,12 +60,14 @@ class DeltaNetMixer(MatrixStateMixer):
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
     >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.state_floats()
     (True, 12)
+    >>> maps = mixer.token_maps(x)  # unit-norm keys, one writing strength per token
+    >>> torch.allclose(maps.k.norm(dim=-1), torch.ones(2, 6).double()), maps.beta.shape
+    (True, torch.Size([2, 6]))
     """
 
     theorem = "no"
     paper = ("Schlag et al. 2021, Linear Transformers Are Secretly Fast Weight Programmers; "
              "Yang et al. 2024, Parallelizing Linear Transformers with the Delta Rule")
-    state_formula = "r d"
 
     def __init__(self, n_bits, state_size, *, value_dim=None):
         super().__init__(n_bits, state_size, value_dim=value_dim)

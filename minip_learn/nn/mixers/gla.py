@@ -48,7 +48,7 @@ class GatedLinearAttentionMixer(MatrixStateMixer):
     Parameters
     ----------
     n_bits, state_size : int
-        Bits per token and key dimension ``r``.
+        Bits per token and key dimension ``r`` (one gate per key dimension).
     value_dim : int, default=None
         ``d``; None means ``n_bits``.
     gate_temperature : float, default=16.0
@@ -58,16 +58,17 @@ class GatedLinearAttentionMixer(MatrixStateMixer):
     --------
     >>> import torch
     >>> from minip_learn.nn import make_mixer
-    >>> mixer = make_mixer("gla", 4, 3).double()
+    >>> mixer = make_mixer("gla", 4, 3, gate_temperature=4.0).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
     >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.state_floats()
     (True, 12)
+    >>> bool((mixer.token_maps(x).log_alpha <= 0).all())  # every gate in (0, 1]
+    True
     """
 
     theorem = "no"
     paper = ("Yang et al. 2024, Gated Linear Attention Transformers with Hardware-Efficient "
              "Training")
-    state_formula = "r d"
 
     def __init__(self, n_bits, state_size, *, value_dim=None, gate_temperature=16.0):
         super().__init__(n_bits, state_size, value_dim=value_dim)

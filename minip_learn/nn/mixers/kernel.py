@@ -47,6 +47,7 @@ feature_kwargs, denominator_eps
 
     #: a signed kernel (e.g. the ``identity`` feature map) is outside the bound
     theorem_condition = "a nonnegative kernel (signed feature maps are outside the bound)"
+    state_formula = "r (d + 1)"
 
     def __init__(self, n_bits, state_size, *, value_dim=None, feature_map="elu+1",
                  feature_width=64, feature_depth=0, shared_features=False,
@@ -123,12 +124,13 @@ class KernelMixer(KernelHeadMixer):
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
     >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.state_floats(), mixer.theorem
     (True, 15, 'yes')
+    >>> make_mixer("kernel", 4, 3, feature_map="exp").state_floats()  # r (d + 2)
+    18
     """
 
     theorem = "yes"
     paper = ("Opazo 2026, Three Tokens Force Exponential Feature Rank in Nonnegative Kernel "
              "Attention (causal: Katharopoulos et al. 2020, Transformers are RNNs)")
-    state_formula = "r (d + 1)"
 
     def __init__(self, n_bits, state_size, *, value_dim=None, feature_map="elu+1",
                  feature_width=64, feature_depth=0, shared_features=False,
@@ -157,17 +159,15 @@ class RetNetMixer(KernelHeadMixer):
     ----------
     n_bits, state_size : int
         Bits per token and rank ``r`` (features).
-    value_dim : int, default=None
-        ``d``; None means ``n_bits``.
     decay : float in (0, 1], default=0.96875
         The factor ``g``; the default ``1 - 2^-5`` is the decay of RetNet's first head.
-    feature_map, feature_width, feature_depth, shared_features, feature_kwargs, denominator_eps
-        As in :class:`~minip_learn.nn.KernelAttentionHead`.
+    value_dim, feature_map, feature_width, feature_depth, shared_features, feature_kwargs, denominator_eps
+        As in :class:`KernelMixer`.
 
     Attributes
     ----------
     head : KernelAttentionHead
-        The causal head.
+        The causal head, with ``positional="decay"``.
 
     Examples
     --------
@@ -182,7 +182,6 @@ class RetNetMixer(KernelHeadMixer):
     theorem = "positional"
     paper = ("Sun et al. 2023, Retentive Network: A Successor to Transformer for Large "
              "Language Models (normalised, nonnegative features)")
-    state_formula = "r (d + 1)"
 
     def __init__(self, n_bits, state_size, *, value_dim=None, decay=0.96875,
                  feature_map="elu+1", feature_width=64, feature_depth=0,
@@ -218,18 +217,21 @@ feature_kwargs, denominator_eps
 
     Examples
     --------
+    >>> import numpy as np
     >>> import torch
-    >>> from minip_learn.nn import make_mixer
-    >>> mixer = make_mixer("positional", 4, 3, max_len=6).double()
+    >>> from minip_learn.nn.mixers import PositionalKernelMixer
+    >>> X = np.zeros((5, 6, 4))  # five training sequences of six tokens
+    >>> PositionalKernelMixer.data_kwargs(X)
+    {'max_len': 6}
+    >>> mixer = PositionalKernelMixer(4, 3, **PositionalKernelMixer.data_kwargs(X)).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
-    >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.state_floats(), mixer.theorem
-    (True, 15, 'positional')
+    >>> torch.allclose(mixer(x), mixer.recurrent(x)), mixer.theorem
+    (True, 'positional')
     """
 
     theorem = "positional"
     paper = ("Opazo 2026 (the statement for position-dependent maps); learned positional "
              "weights of this library")
-    state_formula = "r (d + 1)"
 
     def __init__(self, n_bits, state_size, *, max_len, value_dim=None, feature_map="elu+1",
                  feature_width=64, feature_depth=0, shared_features=False,

@@ -52,7 +52,6 @@ class LinearAttentionMixer(MatrixStateMixer):
     theorem = "no"
     paper = ("Katharopoulos et al. 2020, Transformers are RNNs (without the normaliser, as "
              "in fla's linear_attn)")
-    state_formula = "r d"
 
     def __init__(self, n_bits, state_size, *, value_dim=None, feature_map="elu+1",
                  feature_kwargs=None):

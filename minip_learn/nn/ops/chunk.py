@@ -52,6 +52,7 @@ def masked_kernel(fq, fk, spec):
     Returns
     -------
     Tensor of shape (..., n, n)
+        The kernel of the block's queries and keys, 0 above the diagonal.
 
     Examples
     --------
@@ -284,6 +285,7 @@ def causal_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_dom
     Returns
     -------
     Tensor of shape (..., N, d)
+        Attended values: ``u_i`` depends on the tokens up to ``i`` only.
 
     Examples
     --------
@@ -311,16 +313,19 @@ def causal_head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3, decay=No
 
     Parameters
     ----------
-    phi_q, phi_k : Tensor of shape (..., N, r)
-    v, w : Tensor of shape (..., N, d)
+    phi_q, phi_k, v, nonnegative
+        As in :func:`causal_attend`.
+    w : Tensor of shape (..., N, d)
+        Readout weights ``w(x_i)``.
     b : Tensor of shape (..., N)
-    nonnegative : bool
+        Readout bias ``b(x_i)``.
     eps, decay, log_domain, mask, chunk_size
         As in :func:`causal_attend`.
 
     Returns
     -------
     Tensor of shape (..., N)
+        Outputs ``y_i``, each from the tokens up to ``i`` only.
 
     Examples
     --------

@@ -60,6 +60,7 @@ def attention_features(fq, fk, *, log_domain, mask=None):
     Returns
     -------
     phi_q, phi_k : Tensor of shape (..., N, r)
+        Features ready for :func:`attend` (exponentiated, shifted, when ``log_domain``).
 
     Examples
     --------
@@ -100,6 +101,7 @@ def apply_rank_mask(fq, fk, mask, log_domain):
     Returns
     -------
     fq, fk : Tensor of shape (..., N, r)
+        The (log-)features with the mask applied, not shifted.
 
     Examples
     --------
@@ -131,6 +133,7 @@ def log_kernel(lq, lk, mask=None):
     Returns
     -------
     Tensor of shape (..., n_q, n_k)
+        ``log alpha(q_a, k_b)`` for every pair of tokens.
 
     Examples
     --------
@@ -179,6 +182,7 @@ def explicit_kernel(fq, fk, *, log_domain, mask=None):
     Returns
     -------
     Tensor of shape (..., n_q, n_k)
+        ``alpha(q_a, k_b)``, up to a positive scale per query row.
 
     Examples
     --------
@@ -224,6 +228,7 @@ def kernel_values(alpha, v, *, nonnegative, eps=1e-3):
     Returns
     -------
     Tensor of shape (..., N_q, d)
+        Attended values ``u_i``.
 
     Examples
     --------
@@ -262,6 +267,7 @@ def kernel_readout(alpha, g, b, *, nonnegative, eps=1e-3):
     Returns
     -------
     Tensor of shape (..., N)
+        Outputs ``y_i`` of the affine readout.
 
     Examples
     --------
@@ -293,6 +299,7 @@ def weight_keys(phi_k, counts):
     Returns
     -------
     Tensor of shape (..., N, r)
+        ``c_j phi_K(x_j)``.
 
     Examples
     --------
@@ -342,6 +349,7 @@ def attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, counts=None):
     Returns
     -------
     Tensor of shape (..., N, d)
+        Attended values ``u_i``, from the explicit kernel or from the sketch.
 
     Examples
     --------
@@ -380,6 +388,7 @@ def head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3, counts=None):
     Returns
     -------
     Tensor of shape (..., N)
+        Outputs ``y_i = <w(x_i), u_i> + b(x_i)``.
 
     Examples
     --------

@@ -110,6 +110,7 @@ def causal_part(scores, *, strict=False):
     Returns
     -------
     Tensor of shape (..., N, N)
+        ``scores`` with the entries of later keys set to 0.
 
     Examples
     --------
@@ -137,6 +138,7 @@ def decayed_mask(n, log_gamma, *, log=False, dtype=None, device=None):
     Returns
     -------
     Tensor of shape (n, n)
+        The mask ``gamma^(i-j)``, or its logarithm when ``log``.
 
     Examples
     --------
@@ -194,6 +196,7 @@ def decayed_scores(q, k, log_cum, *, block_elements=None):
     Returns
     -------
     Tensor of shape (..., N, N)
+        The decayed scores ``A``.
 
     Examples
     --------

@@ -82,6 +82,7 @@ def kernel_attention(phi_q, phi_k, v, *, nonnegative, eps=1e-3, counts=None, cau
     Returns
     -------
     Tensor of shape (..., N, d)
+        The attended values, summed key by key.
 
     Examples
     --------
@@ -139,6 +140,7 @@ def pair_readout(alpha, g, b, token_of, rows, *, nonnegative, eps=1e-3):
     Returns
     -------
     Tensor of shape (..., R)
+        The outputs ``y_i``, one per row of ``rows``.
 
     Examples
     --------

@@ -90,6 +90,7 @@ def pairwise_dots(a, c):
     Returns
     -------
     Tensor of shape (..., N_a, N_c)
+        ``<a_i, c_j>`` for every pair of tokens.
 
     Examples
     --------

@@ -47,15 +47,17 @@ def recurrent_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_
     Returns
     -------
     Tensor of shape (..., N, d)
+        Attended values, those of :func:`~minip_learn.nn.ops.chunk.causal_attend` up to rounding.
 
     Examples
     --------
     >>> import torch
     >>> from minip_learn.nn import attention
-    >>> phi = torch.ones(1, 3, 2)
-    >>> v = torch.tensor([[[0.0], [3.0], [6.0]]])
-    >>> attention.recurrent_attend(phi, phi, v, nonnegative=True)[0, :, 0]
-    tensor([0.0000, 1.5000, 3.0000])
+    >>> phi, v = torch.rand(1, 5, 2), torch.rand(1, 5, 3)
+    >>> u = attention.recurrent_attend(phi, phi, v, nonnegative=True, decay=0.9)
+    >>> torch.allclose(u, attention.causal_attend(phi, phi, v, nonnegative=True, decay=0.9,
+    ...                                           chunk_size=2))
+    True
     """
     spec = AttentionSpec(nonnegative, eps, log_domain, decay)
     fq, fk = apply_rank_mask(phi_q, phi_k, mask, log_domain)

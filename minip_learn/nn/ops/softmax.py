@@ -32,6 +32,7 @@ def softmax_weights(scores, counts=None, *, causal=False):
     Returns
     -------
     Tensor of shape (..., N, N)
+        The attention weights: every row sums to 1.
 
     Examples
     --------
@@ -81,6 +82,7 @@ def softmax_attend(q, k, v, *, scale, block_rows, counts=None, causal=False):
     Returns
     -------
     Tensor of shape (..., N, d)
+        Attended values, computed a block of queries at a time.
 
     Examples
     --------

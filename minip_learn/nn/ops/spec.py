@@ -78,7 +78,7 @@ class AttentionSpec:
     Raises
     ------
     ValueError
-        When ``decay`` lies outside ``(0, 1]``.
+        When ``decay`` lies outside ``(0, 1]`` (:func:`~minip_learn.nn.ops.masks.log_decay`).
 
     Examples
     --------
