@@ -16,7 +16,7 @@ from minip_learn import (
     SoftmaxAttentionRegressor,
 )
 from minip_learn.datasets import make_minip, make_witness_suite
-from minip_learn.model_selection._execution import _fit_and_score
+from minip_learn.model_selection._execution import _fit_and_score, _Plan
 from minip_learn.nn import (
     KernelAttentionHead,
     KernelAttentionModel,
@@ -291,12 +291,12 @@ def _always_solved(estimator, X, y):
 def test_sweep_check_fires_only_when_the_theorem_applies(params, raises):
     X, y = make_minip(12, seq_len=2, n_bits=4, random_state=0)
     est = KernelAttentionRegressor(rank=2, max_epochs=2)
-    args = (est, X, y, params, 0, None, {"solved": _always_solved}, 1, 8, "k", False)
+    plan = _Plan(est, X, y, None, {"solved": _always_solved}, 1, 8, False)
     if raises:
         with pytest.raises(RuntimeError, match="certified minimum"):
-            _fit_and_score(*args)
+            _fit_and_score(plan, params, 0, "k")
     else:
-        row, _ = _fit_and_score(*args)
+        row, _ = _fit_and_score(plan, params, 0, "k")
         assert row["solved"] and row["below_certified_bound"]
         assert row["theorem_applies"] is False
 
@@ -304,8 +304,8 @@ def test_sweep_check_fires_only_when_the_theorem_applies(params, raises):
 def test_sweep_check_covers_the_classifier_as_outside():
     X, y = make_minip(12, seq_len=2, n_bits=4, random_state=0)
     est = KernelAttentionClassifier(rank=2, max_epochs=2)
-    row, _ = _fit_and_score(est, X, y, {}, 0, None, {"solved": _always_solved}, 1, 8,
-                            "k", False)
+    plan = _Plan(est, X, y, None, {"solved": _always_solved}, 1, 8, False)
+    row, _ = _fit_and_score(plan, {}, 0, "k")
     assert row["theorem_applies"] is False
 
 
