@@ -22,7 +22,9 @@ error is a terminal (``--no-progress``: never).
 ``maps`` (a leaderboard of the registered feature maps) go beyond the paper and
 regenerate the docs' results page; ``scaling`` measures the rank sandwich across the
 number of bits ``m`` (docs: the scaling page); ``exact`` the exact minimum rank of the
-R9 families (docs: the exact minimum rank page).
+R9 families (docs: the exact minimum rank page); ``full-task`` bounds ``r*(m)``, the
+minimum rank that solves every length-3 sequence of ``m``-bit tokens, from both sides
+(docs: the theory page).
 
 Also available as ``python -m minip_learn``. Writes, per experiment, ``results.csv``
 (one row per fit), ``summary.csv``, ``summary.md`` and PNG figures into
@@ -138,12 +140,13 @@ def build_parser():
     )
     rep.add_argument("experiment",
                      choices=["witness", "length", "ood", "beyond", "maps", "scaling", "exact",
-                              "mixers", "all", "docs-artifacts"],
+                              "mixers", "full-task", "all", "docs-artifacts"],
                      help="witness, length: the paper's experiments; ood, beyond, maps: "
                           "beyond the paper (docs: results page); mixers: sequence "
                           "mixers (GLA, DeltaNet, SSM ...) against the certified rank "
                           "on final-query Min-IP; scaling: the rank "
-                          "sandwich across n_bits; all: the paper's two (witness, length); "
+                          "sandwich across n_bits; full-task: r*(m), the minimum rank for "
+                          "every length-3 sequence, bounded from both sides; all: the paper's two (witness, length); "
                           "docs-artifacts: every recipe output committed under "
                           "docs/_static, each with the settings it was made with")
     rep.add_argument("--quick", action="store_true",
@@ -377,7 +380,8 @@ def _reproduce(args):
             raise ValueError(f"{option} applies to docs-artifacts only.")
     if args.n_jobs is None:
         args.n_jobs = os.cpu_count() or 1
-    names = ["witness", "length"] if args.experiment == "all" else [args.experiment]
+    names = (["witness", "length"] if args.experiment == "all"
+             else [args.experiment.replace("-", "_")])
     resolve_devices(args.devices)
     if args.ranks is not None and "scaling" in names:
         raise ValueError("--ranks does not apply to scaling: it searches the ranks "

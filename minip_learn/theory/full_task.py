@@ -13,7 +13,7 @@ multiset of the other two, the query last (``query="last"``).
 affine readout) that solves the full task, is bounded from below by certificates
 (:ref:`theory-r5`). :func:`certify_full_task` certifies the full task at least as high
 as every sub-family it names (*pools*: constant-weight layers, codes, witness designs,
-product designs and the exhaustive search of :mod:`._full_task_search`), because a
+product designs and an exhaustive search over (query, key) pairs), because a
 certificate of a sub-family holds for the whole task: it is lifted to the task's tokens
 and checked against the whole family by :func:`~minip_learn.theory.verify_certificate`.
 """
@@ -258,6 +258,17 @@ def lift_certificate(certificate, tokens, *, n_constraints):
     Returns
     -------
     certificate : Certificate
+
+    Examples
+    --------
+    >>> from minip_learn.theory import certify, full_task_family, verify_certificate
+    >>> from minip_learn.theory import full_task_constraint_count, full_task_tokens
+    >>> from minip_learn.theory.full_task import lift_certificate
+    >>> T = full_task_tokens(4)
+    >>> _, cert = certify(full_task_family(tokens=T[T.sum(1) == 2]), return_certificate=True)
+    >>> lifted = lift_certificate(cert, T, n_constraints=full_task_constraint_count(4))
+    >>> verify_certificate(lifted, full_task_family(4)), lifted.certified_min_rank
+    (True, 2)
     """
     words = pack_tokens(tokens)[:, 0] if tokens.shape[1] <= 64 else None
     if words is None:
@@ -333,6 +344,12 @@ def full_task_pools(n_bits, *, search_nodes=200000, tokens=None):
         the design's own family.
     info : dict
         ``n_tokens`` and, for ``"search"``, ``search_rank`` and ``exhaustive``.
+
+    Examples
+    --------
+    >>> from minip_learn.theory.full_task import full_task_pools
+    >>> [name for name, _, _ in full_task_pools(4)][:4]
+    ['weight-1', 'weight-2', 'weight-3', 'weights-1+3']
     """
     toks, full = _task_tokens(n_bits, tokens)
     m = toks.shape[1]

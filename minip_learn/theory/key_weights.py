@@ -60,6 +60,15 @@ def key_weight_excess(tokens, query_group, key_weights):
     excess : float
         ``max E``; the head of :func:`grouped_key_weights` solves the task with error
         ``excess / 2`` when it is below 1 (``inf`` when a multiset has no weight).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.theory import full_task_tokens, key_weight_excess
+    >>> T = full_task_tokens(2)
+    >>> uniform = np.ones((1, 4))        # one group, every key weighted alike
+    >>> key_weight_excess(T, np.zeros(4, dtype=int), uniform)   # (11, 11, 00): 4/3
+    1.3333333333333333
     """
     T = np.asarray(tokens, dtype=np.int64)
     G = T @ T.T
@@ -70,6 +79,13 @@ def key_weight_excess(tokens, query_group, key_weights):
             return float("inf")
         worst = max(worst, float((num / den).max()))
     return worst
+
+
+def _keeps(tokens, x, c, margin):
+    """Whether weights ``c`` keep the excess of query ``x`` below 1 on every multiset
+    with half the group's ``margin`` (the standard of :func:`group_key_weights`)."""
+    T = np.asarray(tokens, dtype=np.int64)
+    return bool(_excess_terms(T @ T.T, x, c)[0].max() <= -margin / 2)
 
 
 def _rows_of(G, x, pairs):
@@ -208,20 +224,31 @@ def grouped_key_weights(n_bits=None, *, tokens=None, order="weight", max_groups=
     weight = toks.sum(1)
     queue = sorted(range(len(toks)), key=lambda x: (-int(weight[x]), x)) \
         if order == "weight" else list(range(len(toks)))
-    groups, weights = [], []
+    # two queries with at least 2 bits each outside the other never share a group: each
+    # forces its own token's weight below the other's (R4 with N = 3)
+    T = toks.astype(np.int64)
+    outside = T.sum(1)[:, None] - T @ T.T                      # |x \ u|
+    conflict = (outside >= 2) & (outside.T >= 2)
+    groups, weights, margins = [], [], []
     for x in tqdm(queue, desc="key-weight groups", disable=not progress):
         for g, members in enumerate(groups):
-            c, _ = group_key_weights(toks, members + [x])
+            if conflict[x, members].any():
+                continue
+            if _keeps(toks, x, weights[g], margins[g]):   # the group's weights serve x
+                members.append(x)
+                break
+            c, s = group_key_weights(toks, members + [x])
             if c is not None:
                 members.append(x)
-                weights[g] = c
+                weights[g], margins[g] = c, s
                 break
         else:
             if max_groups is not None and len(groups) >= max_groups:
                 return None
-            c, _ = group_key_weights(toks, [x])
+            c, s = group_key_weights(toks, [x])
             groups.append([x])
             weights.append(c)
+            margins.append(s)
     query_group = np.empty(len(toks), dtype=np.int64)
     for g, members in enumerate(groups):
         query_group[members] = g

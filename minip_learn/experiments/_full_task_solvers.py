@@ -1,0 +1,110 @@
+"""The upper side of the full-task recipe: heads that solve every length-3 sequence.
+
+Each candidate head of a size is one of the recipe's routes to an upper bound on
+``r*(m)``: the key-weight groups of :func:`~minip_learn.theory.grouped_key_weights`
+(as a ``table`` head), the nonnegative factorisations of
+:func:`~minip_learn.constructions.factorized_kernel_head`, the trained heads of the
+sweep, and the R3 head with one feature per token. A head counts only once
+:func:`verify_ordered` has checked it on every one of the ``2^(3m)`` ordered sequences.
+"""
+
+import numpy as np
+
+from ..constructions import exact_kernel_realization, factorized_kernel_head
+from ..estimators import KernelAttentionRegressor
+from ..metrics import TOLERANCE, verify_solver
+from ..nn import KernelAttentionHead
+
+__all__ = ["ceiling_head", "factorized_candidates", "key_weight_head", "ordered_chunks",
+           "solves", "verify_ordered"]
+
+#: log-feature of a zero weight (``exp`` of it is 0 in float64)
+_LOG_ZERO = -1e4
+
+
+def key_weight_head(groups):
+    """The ``table`` head of key-weight groups: ``alpha(x, t) = c_g(x)(t)``.
+
+    Query features are the one-hot of each token's group, key features the weights
+    ``c_g(t)``; the value map ``v(t) = t`` and readout ``<x, u> + b`` with the groups'
+    ``bias`` (:func:`~minip_learn.theory.grouped_key_weights`). Rank: the number of
+    groups.
+    """
+    import torch
+
+    tokens, G = groups.tokens, groups.rank
+    T, m = tokens.shape
+    query = np.full((T, G), _LOG_ZERO)
+    query[np.arange(T), groups.query_group] = 0.0
+    W = np.asarray(groups.key_weights, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        key = np.where(W > 0, np.log(np.where(W > 0, W, 1.0)), _LOG_ZERO).T
+    vocabulary = {"vocabulary": tokens}
+    head = KernelAttentionHead(m, G, feature_map="table", feature_kwargs=vocabulary).double()
+    head.set_token_tables(query=torch.as_tensor(query), key=torch.as_tensor(key))
+    head.set_identity_value_readout(bias=float(groups.bias))
+    return KernelAttentionRegressor.from_module(
+        head, rank=G, feature_map="table", feature_kwargs=vocabulary, dtype="float64")
+
+
+def ceiling_head(n_bits):
+    """The R3 head with one feature per token (rank ``2^m``): the ceiling."""
+    return exact_kernel_realization(n_bits)
+
+
+def factorized_candidates(task, ranks, seeds, settings):
+    """Nonnegative factorisations at ``ranks`` in decreasing order, while some seed
+    solves: the first rank no seed solves ends the scan (the fits that fail, the
+    slowest, are those of one rank). Yields one record per fit (``method``, ``rank``,
+    ``seed``, ``max_error``, ``solved``, ``estimator``)."""
+    for r in sorted(ranks, reverse=True):
+        solved = False
+        for seed in seeds:
+            est = factorized_kernel_head(task.X, task.y, r, random_state=seed, **settings)
+            rec = dict(method="factorisation", rank=int(r), seed=int(seed),
+                       max_error=float(est.train_max_error_), solved=bool(est.solved_),
+                       estimator=est)
+            yield rec
+            if rec["solved"]:
+                solved = True
+                break
+        if not solved:
+            return
+
+
+def ordered_chunks(tokens, chunk):
+    """Every ordered length-3 sequence over ``tokens`` (lexicographic in the token
+    ids), in slices of ``chunk``: ``(X, y)`` with the exact targets."""
+    T = len(tokens)
+    G = tokens.astype(np.int64) @ tokens.T.astype(np.int64)
+    total = T ** 3
+    for a in range(0, total, chunk):
+        i = np.arange(a, min(total, a + chunk), dtype=np.int64)
+        ids = np.stack([i // (T * T), (i // T) % T, i % T], axis=1)
+        ov = G[ids[:, :, None], ids[:, None, :]]                 # (n, 3, 3)
+        yield tokens[ids], ov.min(axis=2)
+
+
+def verify_ordered(estimator, tokens, *, chunk=1 << 18):
+    """The largest error of ``estimator`` over all ``T^3`` ordered sequences of
+    ``tokens`` (float64, in slices): below 1/2 it solves every sequence.
+
+    Examples
+    --------
+    >>> from minip_learn.constructions import exact_kernel_realization
+    >>> from minip_learn.theory import full_task_tokens
+    >>> from minip_learn.experiments._full_task_solvers import verify_ordered
+    >>> verify_ordered(exact_kernel_realization(3), full_task_tokens(3)) < 0.5
+    True
+    """
+    worst = 0.0
+    for X, y in ordered_chunks(np.asarray(tokens, dtype=np.uint8), chunk):
+        worst = max(worst, float(verify_solver(estimator, X, y)))
+        if not np.isfinite(worst):
+            break
+    return worst
+
+
+def solves(error):
+    """Whether a largest error means every prediction rounds to its target."""
+    return bool(np.isfinite(error) and error < TOLERANCE)

@@ -1,0 +1,396 @@
+"""The full-task recipe: ``r*(m)`` bounded from both sides (:ref:`theory-full-task`).
+
+``r*(m)`` is the smallest rank of a nonnegative kernel head that solves every length-3
+sequence of ``m``-bit tokens. Per size the recipe certifies the full task over named
+sub-families (:func:`~minip_learn.theory.certify_full_task`: the lower bound, its
+certificate verified against the whole task) and looks for the smallest rank that
+solves it (the upper bound): key-weight groups
+(:func:`~minip_learn.theory.grouped_key_weights`), nonnegative factorisations
+(:func:`~minip_learn.constructions.factorized_kernel_head`) and trained heads below the
+groups' rank, the R3 head (rank ``2^m``) as the ceiling. The smallest head found is
+checked on all ``2^(3m)`` ordered sequences and saved. Where the bounds meet,
+``r*(m)`` is exact; elsewhere it stays open between them.
+"""
+
+import json
+import time
+
+import numpy as np
+import pandas as pd
+from sklearn.utils import Bunch
+
+from ..datasets import make_full_task
+from ..estimators import KernelAttentionRegressor
+from ..theory import certify_full_task, grouped_key_weights
+from ._full_task_solvers import (
+    ceiling_head,
+    factorized_candidates,
+    key_weight_head,
+    solves,
+    verify_ordered,
+)
+from ._shared import Recipe, display, fmt, markdown_table, report, settings_text
+
+__all__ = ["SETTINGS", "SUMMARY_COLUMNS", "full_task_checks", "full_task_experiment"]
+
+#: The columns of ``summary.csv``, one row per size ``m``.
+SUMMARY_COLUMNS = (
+    "n_bits", "n_sequences", "n_ordered_sequences", "certified_min_rank",
+    "smallest_solving_rank", "exact", "lower_method", "upper_method", "solver",
+    "solver_max_error", "certificate", "certificate_verified", "search_exhaustive",
+    "group_rank", "factorized_rank", "trained_rank", "ceiling_rank", "certify_time",
+    "upper_time", "settings_key",
+)
+
+_QUICK = dict(
+    sizes=(2, 3, 4, 5),
+    # node budget of the exhaustive search for the best certificate
+    search_nodes=200000,
+    # nonnegative factorisations from the groups' rank minus one down to the certified
+    # rank, while some seed solves, at sizes up to factorized_max_bits
+    factorized=dict(steps=3000, margin=0.02, nmf_iter=200),
+    factorized_seeds=(0, 1),
+    factorized_max_bits=5,
+    # trained heads (one batched model per size): ranks from the certified rank minus
+    # one (a fit there must fail) up to the smallest rank found so far minus one, at
+    # most max_train_ranks of them, at sizes up to train_max_bits
+    kernel=dict(feature_map="table", max_epochs=1000, lr=0.03, stop_tolerance=0.45),
+    seeds=(0, 1),
+    max_train_ranks=3,
+    train_max_bits=5,
+    # ordered sequences per slice when a head is checked on all 2^(3m) of them
+    verify_chunk=1 << 18,
+)
+
+#: The recipe's grids: ``SETTINGS["quick"|"full"]``.
+SETTINGS = {
+    "quick": _QUICK,
+    # m = 7, 8: the groups only (a factorisation refines every multiset each step)
+    "full": {**_QUICK, "sizes": (2, 3, 4, 5, 6, 7, 8), "factorized_max_bits": 6,
+             "factorized_seeds": (0, 1, 2), "seeds": (0, 1, 2), "max_train_ranks": 3,
+             "train_max_bits": 6,
+             "kernel": dict(feature_map="table", max_epochs=2000, lr=0.03,
+                            stop_tolerance=0.45)},
+}
+
+
+def _settings_key(cfg):
+    """What a size's row depends on (a resumed row must match it)."""
+    keys = ("search_nodes", "factorized", "factorized_seeds", "factorized_max_bits",
+            "kernel", "seeds", "max_train_ranks", "train_max_bits")
+    return json.dumps({k: cfg[k] for k in keys}, sort_keys=True, default=list)
+
+
+def _lower(recipe, m):
+    """The certified rank and its certificate (written to ``m{m}/certificate.json``)."""
+    t0 = time.perf_counter()
+    res = certify_full_task(m, search_nodes=recipe.cfg["search_nodes"])
+    path = None
+    if recipe.out is not None:
+        path = recipe.out / f"m{m}" / "certificate.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(res.certificate.to_json())
+        path = str(path.relative_to(recipe.out))
+    pools = pd.DataFrame(res.pools).assign(n_bits=m)
+    search = pools.loc[pools["pool"] == "search", "search_exhaustive"]
+    return dict(certified_min_rank=res.certified_min_rank,
+                lower_method=f"R5 certificate (pool {res.pool})",
+                certificate=path, certificate_verified=bool(res.verified),
+                search_exhaustive=bool(search.iloc[0]) if len(search) else False,
+                certify_time=time.perf_counter() - t0), pools
+
+
+def _trained(recipe, task, m, lower, best):
+    """Trained heads at ranks ``lower - 1 .. best - 1`` (at most ``max_train_ranks``):
+    records of every fit (a fit below ``lower`` that solves raises in the sweep). Only
+    the estimator of the smallest solving fit is kept (a second sweep of that one fit
+    stores it), so the run folder holds records, not every head."""
+    cfg = recipe.cfg
+    ranks = list(range(max(1, lower - 1), best))[: cfg["max_train_ranks"]]
+    if not ranks or m > cfg["train_max_bits"]:
+        return [], pd.DataFrame()
+    options = dict(name=f"full-task-m{m}", certified_min_rank=lower, ensemble=True,
+                   tags={"n_bits": m, "certified_min_rank": lower})
+    est = KernelAttentionRegressor(**cfg["kernel"])
+    fits = recipe.sweep(est, task.family, task.slot_targets, ranks=ranks,
+                        seeds=list(cfg["seeds"]), **options).results
+    recs = [dict(method="trained", rank=int(r["rank"]), seed=int(r["seed"]),
+                 max_error=float(r["max_abs_error"]), solved=bool(r["solved"]),
+                 estimator=None) for _, r in fits.iterrows()]
+    solved = [r for r in recs if r["solved"]]
+    if solved:
+        first = min(solved, key=lambda r: (r["rank"], r["seed"]))
+        res = recipe.sweep(est, task.family, task.slot_targets, ranks=[first["rank"]],
+                           seeds=[first["seed"]], estimators=True, **options)
+        first["estimator"] = next(iter(res.estimators.values()))
+    return recs, fits
+
+
+def _candidates(recipe, task, m, lower):
+    """Every candidate head of size ``m`` (records), smallest rank first."""
+    cfg = recipe.cfg
+    groups = grouped_key_weights(m)
+    recs = [dict(method="key-weight groups", rank=groups.rank, seed=None,
+                 max_error=groups.max_error, solved=bool(groups.max_error < 0.5),
+                 estimator=key_weight_head(groups))]
+    best = groups.rank
+    if m <= cfg["factorized_max_bits"] and lower < best:
+        for rec in factorized_candidates(task, range(lower, best), cfg["factorized_seeds"],
+                                         cfg["factorized"]):
+            recs.append(rec)
+            if rec["solved"]:
+                best = min(best, rec["rank"])
+    trained, fits = _trained(recipe, task, m, lower, best)
+    recs += trained
+    recs.append(dict(method="R3 ceiling", rank=2 ** m, seed=None, max_error=None,
+                     solved=True, estimator=None))
+    return sorted(recs, key=lambda r: (r["rank"], r["method"])), fits
+
+
+def _upper(recipe, task, m, recs):
+    """The smallest candidate that solves every ordered sequence (checked in order of
+    rank), saved to ``solvers/m{m}-rank{r}.joblib``."""
+    for rec in recs:
+        ceiling = rec["method"] == "R3 ceiling"
+        if not rec["solved"] or (rec["estimator"] is None and not ceiling):
+            continue                       # a trained fit whose head was not kept
+        est = ceiling_head(m) if ceiling else rec["estimator"]
+        path = None
+        if recipe.out is not None:
+            import joblib
+
+            path = recipe.out / "solvers" / f"m{m}-rank{rec['rank']}.joblib"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            joblib.dump(est, path)
+            est = joblib.load(path)
+            path = str(path.relative_to(recipe.out))
+        err = verify_ordered(est, task.tokens, chunk=recipe.cfg["verify_chunk"])
+        rec["ordered_max_error"] = err
+        if solves(err):
+            return rec, err, path
+    raise RuntimeError(f"no candidate head solves every sequence at m = {m}.")
+
+
+def _best_rank(recs, method):
+    ranks = [r["rank"] for r in recs if r["method"] == method and r["solved"]]
+    return min(ranks) if ranks else None
+
+
+def _measure_size(recipe, m):
+    """The summary row of size ``m``, its pools and candidates, and the trained fits."""
+    task = make_full_task(m)
+    lower, pools = _lower(recipe, m)
+    t0 = time.perf_counter()
+    recs, fits = _candidates(recipe, task, m, lower["certified_min_rank"])
+    rec, err, path = _upper(recipe, task, m, recs)
+    row = dict(n_bits=m, n_sequences=task.n_sequences,
+               n_ordered_sequences=task.n_ordered_sequences, **lower,
+               smallest_solving_rank=rec["rank"], upper_method=rec["method"], solver=path,
+               solver_max_error=err, group_rank=_best_rank(recs, "key-weight groups"),
+               factorized_rank=_best_rank(recs, "factorisation"),
+               trained_rank=_best_rank(recs, "trained"), ceiling_rank=2 ** m,
+               upper_time=time.perf_counter() - t0, settings_key=_settings_key(recipe.cfg))
+    row["exact"] = bool(row["certified_min_rank"] == row["smallest_solving_rank"])
+    cands = pd.DataFrame([{k: v for k, v in r.items() if k != "estimator"} for r in recs])
+    return row, pools, cands.assign(n_bits=m), fits
+
+
+def _done(recipe):
+    """Rows of ``summary.csv`` already in ``out`` with their files, for these settings."""
+    path = None if recipe.out is None else recipe.out / "summary.csv"
+    if path is None or not path.is_file():
+        return {}
+    done, key = {}, _settings_key(recipe.cfg)
+    for row in pd.read_csv(path).to_dict("records"):
+        files = [row.get("certificate"), row.get("solver")]
+        if row.get("settings_key") == key and all(
+                isinstance(f, str) and (recipe.out / f).is_file() for f in files):
+            done[int(row["n_bits"])] = row
+    return done
+
+
+def _read_table(recipe, name):
+    path = None if recipe.out is None else recipe.out / f"{name}.csv"
+    return pd.read_csv(path) if path is not None and path.is_file() else pd.DataFrame()
+
+
+def full_task_checks(summary, candidates):
+    """The expected behaviours of a run, each True or False: every certificate
+    verified, every smallest head checked on all ordered sequences, the certified rank
+    never above the smallest solving one, and no head below the certified rank solving.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from minip_learn.experiments import full_task_checks
+    >>> s = pd.DataFrame(dict(n_bits=[4], certificate_verified=[True], solver_max_error=[0.4],
+    ...                       certified_min_rank=[2], smallest_solving_rank=[2]))
+    >>> c = pd.DataFrame(dict(n_bits=[4, 4], rank=[1, 2], solved=[False, True]))
+    >>> all(full_task_checks(s, c).values())
+    True
+    """
+    bound = summary.set_index("n_bits")["certified_min_rank"]
+    below = candidates["rank"] < candidates["n_bits"].map(bound)
+    return {
+        "certificates_verify": bool(summary["certificate_verified"].astype(bool).all()),
+        "solvers_verified_on_every_sequence": bool(
+            (pd.to_numeric(summary["solver_max_error"]) < 0.5).all()),
+        "bounds_ordered": bool((summary["certified_min_rank"]
+                                <= summary["smallest_solving_rank"]).all()),
+        "none_solved_below_bound": bool(not candidates.loc[below, "solved"].astype(bool).any()),
+    }
+
+
+def _row_text(r):
+    exact = str(r["exact"]) == "True"
+    return {"m": fmt(r["n_bits"]), "sequences": f"{int(r['n_ordered_sequences']):,}",
+            "certified (lower)": fmt(r["certified_min_rank"]),
+            "smallest solving (upper)": fmt(r["smallest_solving_rank"]),
+            "r*(m)": fmt(r["certified_min_rank"]) if exact else
+            f"open: {fmt(r['certified_min_rank'])}..{fmt(r['smallest_solving_rank'])}",
+            "lower method": r["lower_method"], "upper method": r["upper_method"],
+            "groups": fmt(r["group_rank"]), "factorisation": fmt(r["factorized_rank"]),
+            "trained": fmt(r["trained_rank"]), "R3": fmt(r["ceiling_rank"]),
+            "max error (all sequences)": fmt(r["solver_max_error"])}
+
+
+def _markdown(summary, checks, cfg):
+    note = ("Lower: the best R4/R5 certificate over named sub-families of the task "
+            "(constant-weight layers, codes, witness designs, and an exhaustive search "
+            "over (query, key) pairs), lifted to the task and verified against all of it. "
+            "Upper: the smallest head verified on every ordered sequence: key-weight "
+            "groups (one shared weight vector per group of queries, found by linear "
+            "programs), nonnegative factorisations (factorized_kernel_head: "
+            + settings_text(cfg["factorized"]) + f", seeds {list(cfg['factorized_seeds'])}, "
+            f"m <= {cfg['factorized_max_bits']}), trained table heads ("
+            + settings_text(cfg["kernel"]) + f", seeds {list(cfg['seeds'])}, "
+            f"m <= {cfg['train_max_bits']}), the R3 head with 2^m features as the ceiling.")
+    return report("r*(m): the full length-3 task",
+                  "Every sequence of three m-bit tokens; r*(m) is the smallest rank of a "
+                  "nonnegative kernel head that solves all of them. It is exact where "
+                  "the two bounds meet, open between them elsewhere.",
+                  display(summary, _row_text), checks, note=note)
+
+
+def _figure(summary):
+    """log2 of both bounds against ``m``, beside the witness and exact curves of the
+    docs' scaling and exact recipes when their tables are there."""
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.8))
+    m = summary["n_bits"].to_numpy(int)
+    ax.plot(m, np.log2(summary["certified_min_rank"].to_numpy(float)), "o-",
+            label="full task: certified rank (lower)")
+    ax.plot(m, np.log2(summary["smallest_solving_rank"].to_numpy(float)), "s-",
+            label="full task: smallest solving rank (upper)")
+    ax.plot(m, m, ":", color="gray", label="R3: 2^m features")
+    static = Path(__file__).resolve().parents[2] / "docs" / "_static"
+    for folder, col, label in (
+            ("scaling", "certified_min_rank", "witness families (N = 3): certified"),
+            ("exact", "certified_min_rank", "R9 families (longer N): exact minimum rank")):
+        path = static / folder / "summary.csv"
+        if path.is_file():
+            other = pd.read_csv(path)
+            if "exact" in other:
+                other = other[other["exact"].astype(str) == "True"]
+            ok = pd.to_numeric(other[col], errors="coerce") > 0
+            ax.plot(other.loc[ok, "n_bits"], np.log2(other.loc[ok, col].astype(float)),
+                    "^--", alpha=0.6, label=label)
+    ax.set_xlabel("bits per token m")
+    ax.set_ylabel("log2 rank")
+    ax.grid(alpha=0.3)
+    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
+    fig.subplots_adjust(bottom=0.24)
+    return fig
+
+
+def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
+                         figures=True, ensemble=False, **settings):
+    """``r*(m)`` bounded from both sides on the full length-3 task (:ref:`theory-full-task`).
+
+    Parameters
+    ----------
+    quick : bool, default=True
+        ``SETTINGS["quick"]`` (m = 2..5) or ``["full"]`` (m = 2..8).
+    out : str or path, default=None
+        Folder for ``summary.csv`` (columns :data:`SUMMARY_COLUMNS`, rewritten as each
+        size finishes; ``n_sequences`` counts the multisets of
+        :func:`~minip_learn.datasets.make_full_task`, ``n_ordered_sequences`` the
+        ``2^(3m)`` sequences they stand for), ``summary.md``, ``pools.csv`` (every pool certified),
+        ``candidates.csv`` (every candidate head), ``results.csv`` (the trained fits),
+        ``full_task.png``, per size ``m{m}/certificate.json`` and
+        ``solvers/m{m}-rank{r}.joblib``. A size already in ``summary.csv`` with its files
+        present and the same settings is not measured again; trained fits go to
+        ``out/runs``. None keeps everything in memory.
+    n_jobs, devices, progress, figures, ensemble
+        As in :func:`~minip_learn.experiments.witness_experiment` (the trained heads of
+        a size always train as one batched model).
+    **settings
+        Overrides of :data:`SETTINGS`: ``sizes``, ``search_nodes``, ``factorized``
+        (keyword arguments of :func:`~minip_learn.constructions.factorized_kernel_head`),
+        ``factorized_seeds``, ``factorized_max_bits``, ``kernel`` (of
+        :class:`~minip_learn.KernelAttentionRegressor`), ``seeds``,
+        ``max_train_ranks``, ``train_max_bits``, ``verify_chunk``.
+
+    Returns
+    -------
+    result : :class:`~sklearn.utils.Bunch`
+        ``summary``, ``pools``, ``candidates``, ``results``, ``markdown``, ``checks``
+        (:func:`full_task_checks`), ``figures``, ``files``, ``settings``, ``elapsed``.
+
+    Examples
+    --------
+    >>> from minip_learn.experiments import full_task_experiment
+    >>> res = full_task_experiment(sizes=(3, 4), progress=False, figures=False)
+    >>> res.summary[["n_bits", "certified_min_rank", "smallest_solving_rank",
+    ...              "exact"]].values.tolist()
+    [[3, 1, 1, True], [4, 2, 2, True]]
+    """
+    from tqdm.auto import tqdm
+
+    recipe = Recipe("full_task", SETTINGS, quick=quick, out=out, n_jobs=n_jobs,
+                    devices=devices, progress=progress, figures=figures, ensemble=ensemble,
+                    overrides=settings)
+    done = _done(recipe)
+    old = {name: _read_table(recipe, name) for name in ("pools", "candidates", "results")}
+    rows, pools, cands, fits = [], [], [], []
+    for m in tqdm(recipe.cfg["sizes"], desc="sizes", unit="size", disable=not progress):
+        m = int(m)
+        if m in done:                        # resumed: its rows of the other tables too
+            rows.append(done[m])
+            for kept, name in ((pools, "pools"), (cands, "candidates"), (fits, "results")):
+                table = old[name]
+                kept.append(table[table["n_bits"] == m] if "n_bits" in table else table)
+            continue
+        row, p, c, f = _measure_size(recipe, m)
+        rows.append(row)
+        pools.append(p)
+        cands.append(c)
+        fits.append(f)
+        if progress:
+            tqdm.write(", ".join(f"{k} {v}" for k, v in _row_text(row).items()))
+        _write(recipe, rows, pools, cands, fits)
+    summary, pools_df, cand_df, fits_df = _frames(rows, pools, cands, fits)
+    checks = full_task_checks(summary, cand_df)
+    figs = {"full_task": _figure(summary)} if figures else {}
+    return recipe.finish(
+        Bunch(summary=summary, pools=pools_df, candidates=cand_df, results=fits_df,
+              markdown=_markdown(summary, checks, recipe.cfg), checks=checks, figures=figs),
+        tables={"pools": pools_df, "candidates": cand_df})
+
+
+def _frames(rows, pools, cands, fits):
+    summary = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    concat = [pd.concat([d for d in ds if len(d)], ignore_index=True)
+              if any(len(d) for d in ds) else pd.DataFrame() for ds in (pools, cands, fits)]
+    return (summary, *concat)
+
+
+def _write(recipe, rows, pools, cands, fits):
+    """Rewrite the tables after each size (``provenance.json`` marked incomplete)."""
+    summary, pools_df, cand_df, fits_df = _frames(rows, pools, cands, fits)
+    recipe.write_tables(Bunch(results=fits_df, summary=summary,
+                              markdown=markdown_table(display(summary, _row_text))),
+                        {"pools": pools_df, "candidates": cand_df})

@@ -1,0 +1,57 @@
+"""The full-task recipe on a tiny grid: bounds, solvers on every sequence, resuming."""
+
+import json
+
+import joblib
+import numpy as np
+import pandas as pd
+
+from minip_learn.cli import build_parser
+from minip_learn.constructions import rank_one_head
+from minip_learn.experiments import EXPERIMENTS, SETTINGS, full_task, full_task_experiment
+from minip_learn.experiments._full_task_solvers import key_weight_head, verify_ordered
+from minip_learn.theory import full_task_tokens, grouped_key_weights
+
+TINY = dict(sizes=(2, 3, 4), kernel={"max_epochs": 50}, seeds=(0,), progress=False,
+            figures=False)
+
+
+def test_recipe_bounds_r_star_and_resumes(tmp_path):
+    res = full_task_experiment(out=tmp_path, **TINY)
+    s = res.summary
+    assert s[["n_bits", "certified_min_rank", "smallest_solving_rank"]].values.tolist() == [
+        [2, 1, 1], [3, 1, 1], [4, 2, 2]]
+    assert s["exact"].all() and all(res.checks.values()), res.checks
+    assert (s["n_ordered_sequences"] == [64, 512, 4096]).all()
+    for _, row in s.iterrows():
+        est = joblib.load(tmp_path / row["solver"])
+        assert est.rank == row["smallest_solving_rank"]
+        assert verify_ordered(est, full_task_tokens(row["n_bits"])) < 0.5
+        cert = json.loads((tmp_path / row["certificate"]).read_text())
+        assert cert["certified_min_rank"] == row["certified_min_rank"]
+    # m = 4: a trained fit below the certified rank was tried and failed
+    fits = res.results
+    assert (fits["rank"] < 2).any() and not fits.loc[fits["rank"] < 2, "solved"].any()
+    assert {"summary.csv", "summary.md", "pools.csv", "candidates.csv",
+            "provenance.json"} <= {p.name for p in tmp_path.iterdir()}
+    again = full_task_experiment(out=tmp_path, **TINY)
+    pd.testing.assert_frame_equal(again.summary, pd.read_csv(tmp_path / "summary.csv"),
+                                  check_dtype=False)
+    assert again.provenance["fits_computed"] == 0
+
+
+def test_recipe_is_registered_with_a_quick_and_a_full_grid():
+    assert "full_task" in EXPERIMENTS and SETTINGS["full_task"] is full_task.SETTINGS
+    assert SETTINGS["full_task"]["quick"]["sizes"] == (2, 3, 4, 5)
+    assert SETTINGS["full_task"]["full"]["sizes"][-1] == 8
+    args = build_parser().parse_args(["reproduce", "full_task", "--quick"])
+    assert args.experiment == "full_task" and args.quick
+
+
+def test_every_ordered_sequence_tells_a_solver_from_a_failure():
+    tokens = full_task_tokens(3)
+    assert verify_ordered(key_weight_head(grouped_key_weights(3)), tokens,
+                          chunk=100) < 0.5
+    # uniform attention (R1) fails length 3
+    assert verify_ordered(rank_one_head(3), tokens) >= 0.5
+    assert np.isfinite(verify_ordered(rank_one_head(3), tokens))
