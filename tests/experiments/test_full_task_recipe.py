@@ -44,8 +44,8 @@ def test_recipe_is_registered_with_a_quick_and_a_full_grid():
     assert "full_task" in EXPERIMENTS and SETTINGS["full_task"] is full_task.SETTINGS
     assert SETTINGS["full_task"]["quick"]["sizes"] == (2, 3, 4, 5)
     assert SETTINGS["full_task"]["full"]["sizes"][-1] == 8
-    args = build_parser().parse_args(["reproduce", "full_task", "--quick"])
-    assert args.experiment == "full_task" and args.quick
+    args = build_parser().parse_args(["reproduce", "full-task", "--quick"])
+    assert args.experiment == "full-task" and args.quick
 
 
 def test_every_ordered_sequence_tells_a_solver_from_a_failure():
