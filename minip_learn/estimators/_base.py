@@ -48,7 +48,13 @@ from .._validation import (
 )
 from ..compact import is_compact
 from ..metrics import TOLERANCE, sequence_exact_match
-from ..training import absolute_error, build_net, train_members
+from ..training import (
+    absolute_error,
+    build_net,
+    compact_input,
+    module_forward,
+    train_members,
+)
 
 __all__ = ["PREDICT_CHUNK_BYTES"]
 
@@ -674,10 +680,11 @@ class AttentionEstimator(BaseEstimator):
         with torch.no_grad():
             for start in range(0, n_samples, chunk):
                 xb = _to_tensor(X3[start:start + chunk], dtype, device)
-                kwargs = {} if counts is None else {
-                    "counts": _to_tensor(counts[start:start + chunk], dtype, device)}
+                if counts is not None:
+                    xb = compact_input(xb, _to_tensor(counts[start:start + chunk], dtype,
+                                                      device))
                 try:
-                    out.append(module(xb, **kwargs).detach().cpu())
+                    out.append(module_forward(module, xb, last=final).detach().cpu())
                 except RuntimeError as exc:
                     if not _is_out_of_memory(exc):
                         raise

@@ -10,6 +10,8 @@ the certified rank is a proven line; for the others the leaderboard measures whe
 they stand next to it.
 """
 
+import copy
+
 import numpy as np
 import pandas as pd
 import torch
@@ -285,9 +287,9 @@ def _summary_row(suite, fam, name, bound, fits):
 def _recurrent_gap(ests, fits, X, n=64):
     """Largest |parallel - recurrent| output of the mixer's best fit on ``X[:n]``."""
     best = int(np.argmin(fits["max_abs_error"].to_numpy()))
-    module = ests[best].net_.module_
-    x = torch.as_tensor(np.asarray(X[:n]), dtype=torch.float64)
-    module = module.to(torch.float64)
+    net = ests[best].net_
+    x = torch.as_tensor(np.asarray(X[:n]), dtype=torch.float64, device=net.device)
+    module = copy.deepcopy(net.module_).to(torch.float64)
     with torch.no_grad():
         return float((module(x) - module.recurrent(x)).abs().max())
 

@@ -20,6 +20,7 @@ from .feature_maps import (
     register_feature_map,
     unregister_feature_map,
 )
+from .final_query import last_kwargs, last_output, takes_last
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
 from .mixers import (
     Mixer,
@@ -41,6 +42,9 @@ from .splitting import (
 )
 
 __all__ = [
+    "last_kwargs",
+    "last_output",
+    "takes_last",
     "AffineReadout",
     "FeatureMap",
     "HeadEnsemble",

@@ -50,6 +50,7 @@ from torch.func import functional_call, vmap
 
 from .._validation import distinct_tokens
 from . import attention
+from .final_query import last_kwargs, last_output
 
 __all__ = ["HeadEnsemble"]
 
@@ -426,14 +427,20 @@ class HeadEnsemble(nn.Module):
         position = {id(p): j for j, p in enumerate(self.template.parameters())}
         return tuple(self.stack[position[id(t)]] for t in tables)
 
-    def forward(self, x, counts=None):
+    def forward(self, x, counts=None, *, last=False):
         """Outputs of every member on the same input ``x``: shape ``(E, *head_output)``.
 
         The path is the one :attr:`path` names (set from the declarations of the
         template's modules at construction; pairs or positions chosen per input).
         ``counts`` (shape ``x.shape[:-1]``): the multiplicity of every slot of sequences
-        in multiset form; None: one per position.
+        in multiset form; None: one per position. ``last=True``: every member's output
+        at the last position only (its ``forward(x, last=True)``: the final-query form,
+        through the single or the generic path).
         """
+        if last:
+            if self.n_members == 1:
+                return self._single_forward(x, counts, last=True)
+            return self._vmap_forward(x, counts, last=True)
         if not self._fast:
             if self.n_members == 1:
                 return self._single_forward(x, counts)
@@ -477,14 +484,14 @@ class HeadEnsemble(nn.Module):
                      "per sequence")
         return self._position_forward(x, counts)
 
-    def _single_forward(self, x, counts=None):
+    def _single_forward(self, x, counts=None, *, last=False):
         """The one member's output: its head's own forward (the head is the stack's
         submodule, so it holds the stack's parameters and buffers)."""
         template = self.template
         if template.training != self.training:
             template.train(self.training)
-        out = template(x) if counts is None else template(x, counts=counts)
-        return out.unsqueeze(0)
+        out = template(x, **last_kwargs(template, counts, last))
+        return last_output(template, out, last).unsqueeze(0)
 
     def _cached(self, x, key, make):
         """``make()`` cached for the input ``x``: the same tensor object, not modified
@@ -529,25 +536,29 @@ class HeadEnsemble(nn.Module):
             weight = counts.reshape(n, 1, N).expand(n, N, N).reshape(-1).to(x.dtype)
             keep = weight != 0  # padding slots pair with nothing
             pairs, row, weight = pairs[keep], row[keep], weight[keep]
-        pair_counts = torch.sparse_coo_tensor(
-            torch.stack([row, pairs]), weight, (n * N, U * U),
-            check_invariants=False).coalesce()
-        with warnings.catch_warnings():  # torch marks its CSR layout as beta
+        # the indices are valid by construction: invariant checks explicitly off for
+        # every sparse tensor built here (torch warns when they are left implicit)
+        with torch.sparse.check_sparse_tensor_invariants(enable=False), \
+                warnings.catch_warnings():  # torch marks its CSR layout as beta
             warnings.filterwarnings("ignore", message="Sparse CSR tensor support")
+            pair_counts = torch.sparse_coo_tensor(
+                torch.stack([row, pairs]), weight, (n * N, U * U),
+                check_invariants=False).coalesce()
             rows = pair_counts.to_sparse_csr()
             rows_t = pair_counts.t().coalesce().to_sparse_csr()
         return _PairPlan(uniq.contiguous(), inv, rows, rows_t, torch.unique(pairs), U, [])
 
-    def _vmap_forward(self, x, counts=None):
+    def _vmap_forward(self, x, counts=None, *, last=False):
         """The generic path: the template's own forward on the stacked parameters."""
         template = self.template
         template.train(self.training)
         shared, stacked = self._buffer_dicts()
         params = dict(zip(self.names, self._member_params()))
-        kwargs = {} if counts is None else {"counts": counts}
+        kwargs = last_kwargs(template, counts, last)
 
         def one(p, b, xx):
-            return functional_call(template, (p, b, shared), (xx,), kwargs)
+            out = functional_call(template, (p, b, shared), (xx,), kwargs)
+            return last_output(template, out, last)
 
         return vmap(one, in_dims=(0, 0, None))(params, stacked, x)
 

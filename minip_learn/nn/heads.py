@@ -78,6 +78,14 @@ class _Head(nn.Module):
 POSITIONAL = ("decay", "learned")
 
 
+def _check_last(counts):
+    """A ValueError for ``last=True`` with ``counts``: the last position is that of a
+    materialised sequence."""
+    if counts is not None:
+        raise ValueError("last=True reads the output at the last position, which "
+                         "sequences in multiset form (counts) do not have.")
+
+
 def _check_order_options(causal, positional, decay, max_len):
     """The checked ``(causal, positional, decay, max_len)`` of a kernel head."""
     causal = bool(causal)
@@ -469,18 +477,44 @@ class KernelAttentionHead(_Head):
         return attention.attend(phi_q, phi_k, self.value(x), nonnegative=self.nonnegative,
                                 eps=self.denominator_eps, counts=counts)
 
-    def forward(self, x, counts=None):
-        return self.output(x, self.readout, counts)
+    def forward(self, x, counts=None, *, last=False):
+        """Outputs of shape (..., seq_len); ``last=True``: the last position's only, shape
+        (..., 1) (:meth:`output`)."""
+        return self.output(x, self.readout, counts, last=last)
 
-    def output(self, x, readout, counts=None):
+    def attend_last(self, x):
+        """The attended value at the last position, shape (..., value_dim): its query over
+        every key, with the head's positions and decay
+        (:func:`minip_learn.nn.attention.last_attend`), ``O(N r d)`` per sequence."""
+        return self._last(x, self.value(x), attention.last_attend)
+
+    def _last(self, x, v, fn, *extra):
+        """``fn`` (:func:`~minip_learn.nn.attention.last_attend` or
+        :func:`~minip_learn.nn.attention.last_head_output`) on the last token's query
+        (log-)features and every key's (with positions), values ``v`` and ``extra``,
+        with the head's options: the query maps run on one token."""
+        n = x.shape[-2]
+        fq, fk = self._map_outputs(x[..., -1:, :], x)
+        fq, fk = self.with_positions(fq, fq, start=n - 1)[0], self.with_positions(fk, fk)[1]
+        return fn(fq, fk, v, *extra, nonnegative=self.nonnegative, eps=self.denominator_eps,
+                  decay=self.decay, log_domain=self.log_domain, mask=self.feature_mask)
+
+    def output(self, x, readout, counts=None, *, last=False):
         """``readout(x, attend(x, counts))`` for an affine ``readout`` (one that has
         ``coefficients``, e.g. :class:`AffineReadout`), shape (..., seq_len).
 
         Short sequences fold the readout into the explicit kernel
         (:func:`minip_learn.nn.attention.head_output`, causal heads:
-        :func:`minip_learn.nn.attention.causal_head_output`).
+        :func:`minip_learn.nn.attention.causal_head_output`). ``last=True``: the output
+        at the last position only, shape (..., 1), whose query sees every key: the
+        final-query form (:func:`minip_learn.nn.attention.last_head_output`), ``O(N r
+        d)`` per sequence.
         """
         self._check_counts(counts)
+        if last:
+            _check_last(counts)
+            w, b = readout.coefficients(x[..., -1:, :])
+            return self._last(x, self.value(x), attention.last_head_output, w, b)
         w, b = readout.coefficients(x)
         if self.causal:
             return self._causal(x, self.value(x), attention.causal_head_output, w, b)
@@ -804,5 +838,17 @@ class SoftmaxAttentionHead(_Head):
             self.query(x), self.key(x), v, scale=1.0 / self.temperature,
             block_rows=self.FUSED_BLOCK_SCORES // n, counts=counts, causal=self.causal)
 
-    def forward(self, x, counts=None):
-        return self.readout(x, self.attend(x, counts))
+    def forward(self, x, counts=None, *, last=False):
+        """Outputs of shape (..., seq_len); ``last=True``: the last position's only, shape
+        (..., 1), from its query alone (``O(N d)`` per sequence: the final-query form)."""
+        if not last:
+            return self.readout(x, self.attend(x, counts))
+        _check_last(counts)
+        return self.readout(x[..., -1:, :], self.attend_last(x)[..., None, :])
+
+    def attend_last(self, x):
+        """The attended value at the last position, shape (..., value_dim): its query
+        over every key (causal or not, the same sum)."""
+        scores = self.query(x[..., -1:, :]) @ self.key(x).transpose(-2, -1)
+        weights = torch.softmax(scores / self.temperature, dim=-1)
+        return (weights @ self.value(x))[..., 0, :]

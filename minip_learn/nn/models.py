@@ -254,23 +254,31 @@ class KernelAttentionModel(nn.Module):
         outside the theorem (:ref:`theory-r7`)."""
         return self.theorem == "yes"
 
-    def forward(self, x, counts=None):
+    def forward(self, x, counts=None, *, last=False):
         """Outputs of shape (..., seq_len) (or (..., seq_len, n_outputs)).
 
         ``counts`` (shape (..., seq_len)): the multiplicity of every slot of sequences in
         multiset form (see :mod:`minip_learn.nn.heads`); every layer sees a sequence only
         through its multiset (the residual stream is per token), so the output at a
         slot is that of every position of its token. None: one per position. Causal
-        and positional heads take no ``counts`` (a ValueError).
+        and positional heads take no ``counts`` (a ValueError). ``last=True``: the
+        output at the last position only (shape (..., 1) or (..., 1, n_outputs)); the
+        last layer attends with that position's query alone.
         """
         t = x
         for index, layer in enumerate(self.layers):
-            if index == self.n_layers - 1 and len(layer) == 1 and isinstance(
-                    self.readout, AffineReadout):
+            final = index == self.n_layers - 1
+            if final and len(layer) == 1 and isinstance(self.readout, AffineReadout):
                 # one head read out affinely: the head's own output arithmetic
-                return layer[0].output(t, self.readout, counts)
+                return layer[0].output(t, self.readout, counts, last=last)
+            if final and last:
+                if counts is not None:
+                    raise ValueError("last=True reads the output at the last position, "
+                                     "which sequences in multiset form (counts) do not have.")
+                u = torch.cat([head.attend_last(t) for head in layer], dim=-1)
+                return self.readout(t[..., -1:, :], u[..., None, :])
             u = torch.cat([head.attend(t, counts) for head in layer], dim=-1)
-            if index < self.n_layers - 1:
+            if not final:
                 t = t + self.mixers[index](u)
         return self.readout(t, u)
 

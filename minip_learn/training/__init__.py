@@ -39,7 +39,9 @@ from ._net import (
     MinIPHistory,
     MinIPNet,
     TrainLoss,
+    compact_input,
     last_position_error,
+    module_forward,
 )
 
 __all__ = [
@@ -58,7 +60,9 @@ __all__ = [
     "TrimMemory",
     "absolute_error",
     "build_net",
+    "compact_input",
     "last_position_error",
     "member_max_errors",
+    "module_forward",
     "train_members",
 ]

@@ -55,7 +55,7 @@ _INIT_LOCK = threading.Lock()
 def build_net(module, *, criterion=torch.nn.MSELoss, optimizer=torch.optim.Adam, lr=0.01,
               weight_decay=0.0, max_epochs=100, batch_size=None, callbacks=None,
               dtype=torch.float32, device="cpu", verbose=0, seed=0, init_seed=None,
-              **module_params):
+              query="all", **module_params):
     """An initialised :class:`MinIPNet` around one head (what an estimator's ``net_`` is).
 
     Parameters
@@ -70,6 +70,9 @@ device, verbose
     init_seed : int or None, default=None
         When given, the head is built under ``torch.manual_seed(init_seed)``, inside
         ``torch.random.fork_rng`` (the caller's random state is left alone).
+    query : {"all", "last"}, default="all"
+        The outputs the net's module computes (:class:`MinIPNet`): ``"last"`` for
+        final-query targets.
     **module_params
         Keyword arguments of ``module``.
 
@@ -82,7 +85,7 @@ device, verbose
         optimizer__weight_decay=weight_decay, lr=lr, max_epochs=max_epochs,
         batch_size=-1 if batch_size is None else batch_size, train_split=None,
         callbacks=callbacks, verbose=verbose, device=device, seed=seed, dtype=dtype,
-        **{f"module__{k}": v for k, v in module_params.items()})
+        query=query, **{f"module__{k}": v for k, v in module_params.items()})
     if init_seed is None:
         return net.initialize()
     cuda = [torch.device(device)] if torch.device(device).type == "cuda" else []
@@ -135,6 +138,7 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
         device=first.device,
         seed=seed,
         dtype=first.dtype,
+        query=first.query,
         **optimizer_params,
     )
     trainer.initialize()
@@ -170,7 +174,8 @@ def _final_errors(ens, nets, X, y, error, stop_tolerance):
     counts = input_counts(X)
     with torch.no_grad():
         ens.eval()
-        errors = member_max_errors(error, module_forward(ens, X), y, counts).tolist()
+        errors = member_max_errors(error, module_forward(ens, X, last=nets[0].query == "last"),
+                                   y, counts).tolist()
         margin = 64 * torch.finfo(input_tokens(X).dtype).eps * max(1.0, float(y.abs().max()))
         thresholds = [t for t in (stop_tolerance, TOLERANCE) if t is not None]
         for i, net in enumerate(nets):
@@ -305,7 +310,9 @@ def train_members(module, members, X, y, *, counts=None, query="all",
         seq_len)``). ``"last"``: final-query targets, one per sequence (shape
         ``(n_samples,)``), for the output at its last position only: the loss
         (:class:`LastPositionLoss`) and the errors read that position, the others
-        have no target. Not with ``counts``.
+        have no target, and the modules compute that position alone
+        (``forward(x, last=True)``: one query per sequence, no ``N x N`` tensor).
+        Not with ``counts``.
     criterion : type, default=torch.nn.MSELoss
         Loss class of one member.
     error : callable, default=absolute_error
@@ -392,7 +399,7 @@ def train_members(module, members, X, y, *, counts=None, query="all",
     net_params = dict(
         criterion=criterion, optimizer=optimizer, weight_decay=weight_decay, lr=lr,
         max_epochs=max_epochs, batch_size=batch_size, callbacks=callbacks, dtype=dtype,
-        device=device, verbose=verbose)
+        device=device, verbose=verbose, query=query)
     fit = dict(criterion=criterion, error=error, stop_tolerance=stop_tolerance,
                split_every=split_every, callbacks=callbacks, progress=progress)
 

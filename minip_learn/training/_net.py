@@ -23,6 +23,8 @@ from skorch import NeuralNet
 from skorch.callbacks import Callback, EpochTimer
 from skorch.history import History
 
+from ..nn import last_kwargs, last_output
+
 __all__ = ["BatchIterator", "LastPositionLoss", "MemberLoss", "MinIPHistory", "MinIPNet",
            "TrainLoss", "compact_input", "input_counts", "input_tokens", "last_position_error",
            "module_forward", "weighted_loss"]
@@ -57,9 +59,22 @@ def input_counts(X):
     return X.get("counts") if isinstance(X, Mapping) else None
 
 
-def module_forward(module, X):
-    """``module(X)``, or ``module(**X)`` for a multiset input."""
-    return module(**X) if isinstance(X, Mapping) else module(X)
+def module_forward(module, X, *, last=False):
+    """``module(X)``, or ``module(**X)`` for a multiset input; ``last=True``: the output
+    at the last position only (final-query targets; :mod:`minip_learn.nn.final_query`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import make_mixer
+    >>> from minip_learn.training import module_forward
+    >>> mixer, x = make_mixer("linear", 4, 2), torch.rand(3, 6, 4)
+    >>> module_forward(mixer, x).shape, module_forward(mixer, x, last=True).shape
+    (torch.Size([3, 6]), torch.Size([3, 1]))
+    """
+    kwargs = last_kwargs(module, last=last)
+    out = module(**X, **kwargs) if isinstance(X, Mapping) else module(X, **kwargs)
+    return last_output(module, out, last)
 
 
 def _rows(X, index):
@@ -259,12 +274,16 @@ class MinIPNet(NeuralNet):
         Seed of the generator that shuffles mini-batches.
     dtype : torch.dtype, default=torch.float32
         Floating-point type of the module's parameters.
+    query : {"all", "last"}, default="all"
+        The outputs the module computes: every position, or (final-query targets) the
+        last position only, ``module(x, last=True)``, at the cost of one query.
     """
 
-    def __init__(self, *args, seed=0, dtype=torch.float32, **kwargs):
+    def __init__(self, *args, seed=0, dtype=torch.float32, query="all", **kwargs):
         super().__init__(*args, **kwargs)
         self.seed = seed
         self.dtype = dtype
+        self.query = query
 
     @property
     def _default_callbacks(self):
@@ -290,11 +309,13 @@ class MinIPNet(NeuralNet):
         # a tensor already on the device (every batch of BatchIterator) goes to the
         # module as is, a multiset input as keyword arguments; anything else through
         # skorch's conversion
+        last = getattr(self, "query", "all") == "last"
         if not fit_params:
-            if self._on_device(x):
-                return self.module_(x)
-            if isinstance(x, Mapping) and all(self._on_device(v) for v in x.values()):
-                return self.module_(**x)
+            if self._on_device(x) or (
+                    isinstance(x, Mapping) and all(self._on_device(v) for v in x.values())):
+                return module_forward(self.module_, x, last=last)
+        if last:
+            fit_params = {**fit_params, "last": True}
         return super().infer(x, **fit_params)
 
     def get_loss(self, y_pred, y_true, X=None, training=False):

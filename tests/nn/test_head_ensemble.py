@@ -7,6 +7,7 @@ dimension; which path an ensemble takes is read from the declarations of its mod
 
 import copy
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -472,3 +473,13 @@ def test_pair_plan_is_cached_per_input_and_counts():
     assert ens._pair_plan(slots, counts) is plan
     assert ens._pair_plan(slots) is not plan          # without counts: its own plan
     assert ens._pair_plan(slots, counts.clone()) is not plan
+
+
+def test_the_pair_plan_warns_about_nothing():
+    # torch warns when sparse invariant checks are left implicit: the plan opts out
+    heads = _heads("elu+1", (2, 3), _tokens(40, 3, n_distinct=6))
+    ens = HeadEnsemble(heads)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ens(_tokens(40, 3, n_distinct=6))
+    assert ens.path == "fused-pairs"

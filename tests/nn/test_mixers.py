@@ -90,6 +90,44 @@ def test_forward_is_the_readout_of_the_declared_form(name):
 
 
 @pytest.mark.parametrize("name", BUILT_INS)
+@pytest.mark.parametrize("seq_len", [1, 9, 60])
+def test_the_final_query_form_is_the_last_position_and_its_gradient(name, seq_len):
+    # 60 tokens: two chunks of the chunked forms
+    mixer, x = _mixer(name), _tokens(seq_len=seq_len)
+    full = mixer(x)[:, -1:]
+    last = mixer(x, last=True)
+    assert last.shape == (x.shape[0], 1)
+    torch.testing.assert_close(last, full, rtol=1e-9, atol=1e-10)
+    grads = [torch.autograd.grad(out.sum(), list(mixer.parameters()), allow_unused=True)
+             for out in (full, mixer(x, last=True))]
+    for a, b in zip(*grads):
+        if a is None or b is None:
+            assert a is None or not a.abs().any()
+            continue
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("name", [n for n in BUILT_INS
+                                  if get_mixer(n).attend_last is not Mixer.attend_last])
+def test_the_final_query_form_builds_no_whole_sequence_form(name, monkeypatch):
+    mixer, x = _mixer(name), _tokens(seq_len=40)
+    expected = mixer(x)[:, -1:]
+    for owner in (type(mixer), type(getattr(mixer, "head", mixer))):
+        for method in ("attend", "attend_recurrent", "mix", "attention_weights", "scores"):
+            if hasattr(owner, method):
+                monkeypatch.setattr(owner, method, _refuse)
+    torch.testing.assert_close(mixer(x, last=True), expected, rtol=1e-9, atol=1e-10)
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("the final-query form ran a whole-sequence form")
+
+
+def test_every_built_in_declares_its_final_query_form():
+    assert [n for n in BUILT_INS if get_mixer(n).attend_last is Mixer.attend_last] == []
+
+
+@pytest.mark.parametrize("name", BUILT_INS)
 def test_outputs_are_causal(name):
     mixer, x = _mixer(name), _tokens(seq_len=8)
     y = mixer(x)
@@ -406,6 +444,7 @@ def test_user_class_and_factory_are_wrapped(user):
     assert mixer.name.endswith(user.__qualname__)
     (mixer(x) ** 2).sum().backward()
     assert all(p.grad is not None for p in mixer.parameters())
+    torch.testing.assert_close(mixer(x, last=True), mixer(x)[:, -1:])
     with pytest.raises(NotImplementedError, match="no recurrent form"):
         mixer.recurrent(x)
 

@@ -238,9 +238,20 @@ class Mixer(nn.Module):
             return self.attend_recurrent(x)
         return self.attend(x)
 
-    def forward(self, x):
-        """Outputs of shape (batch, seq_len): the readout of :meth:`mix`."""
+    def forward(self, x, *, last=False):
+        """Outputs of shape (batch, seq_len): the readout of :meth:`mix`; ``last=True``:
+        the last position's only, shape (batch, 1), the readout of :meth:`attend_last`
+        (what a final-query fit reads)."""
+        if last:
+            return self.readout(x[:, -1:], self.attend_last(x)[:, None])
         return self.readout(x, self.mix(x))
+
+    def attend_last(self, x):
+        """The mixed vector at the last position, shape (batch, value_dim): the state
+        after the whole sequence read out once. The default slices :meth:`mix`; a
+        mixer overrides it with a form that costs what one output needs (a sum over the
+        keys, a scan or a chunked form), with no ``N x N`` tensor."""
+        return self.mix(x)[:, -1]
 
     def attend_recurrent(self, x, *, return_state=False):
         """Mixed vectors ``u`` computed token by token through :meth:`step`.
@@ -282,8 +293,8 @@ class UserMixer(UserModule, Mixer):
     :func:`make_mixer` wraps any :class:`torch.nn.Module` class or factory that is not a
     :class:`Mixer` in this class. It declares nothing it cannot know: ``theorem`` and
     ``value_dim`` are None and :meth:`state_floats` returns None. Its forward is the
-    user's module; :meth:`recurrent` is the module's own ``recurrent`` method when it
-    has one.
+    user's module (``last=True`` slices its last position); :meth:`recurrent` is the
+    module's own ``recurrent`` method when it has one.
 
     Parameters
     ----------
@@ -309,6 +320,12 @@ class UserMixer(UserModule, Mixer):
         super().__init__(n_bits, state_size, own_maps=False)
         self.value_dim = None  # the user's module declares none
         self.hold(MIXERS, factory, n_bits, state_size, **kwargs)
+
+    def forward(self, x, *, last=False):
+        """The user's module on ``x``; ``last=True``: its output at the last position
+        (the module computes every position; its own forward is all it declares)."""
+        out = self.module(x)
+        return out[:, -1:] if last else out
 
     def recurrent(self, x):
         """The user's module's own ``recurrent(x)``, when it defines one."""
@@ -372,8 +389,11 @@ class HeadMixer(Mixer):
     def attend(self, x):
         return self.head.attend(x)
 
-    def forward(self, x):
-        return self.head(x)
+    def attend_last(self, x):
+        return self.head.attend_last(x)
+
+    def forward(self, x, *, last=False):
+        return self.head(x, last=last)
 
 
 # ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..ops.chunk import CAUSAL_CHUNK
 from ..ops.masks import causal_part
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
@@ -82,15 +83,35 @@ class DeltaNetMixer(MatrixStateMixer):
         return DeltaMaps(q=normalize(self.query(x), dim=-1), k=normalize(self.key(x), dim=-1),
                          v=self.value(x), beta=torch.sigmoid(self.beta(x)).squeeze(-1))
 
-    def attend(self, x):
-        m = self.token_maps(x)
-        q, k, v, beta = m.q, m.k, m.v, m.beta
-        n = x.shape[-2]
+    @staticmethod
+    def _written(k, v, beta):
+        """The vectors ``w_t = beta_t (v_t - S_{t-1}^T k_t)`` the keys ``k`` (..., n, r)
+        write from ``S = 0``, shape (..., n, d): the unit lower-triangular system
+        ``(I + diag(beta) L) W = diag(beta) V`` with ``L`` the strictly lower part of
+        ``K K^T`` (the WY form); ``S`` after them is ``K^T W``."""
+        n = k.shape[-2]
         eye = torch.eye(n, dtype=k.dtype, device=k.device)
         system = eye + beta[..., None] * causal_part(k @ k.transpose(-2, -1), strict=True)
-        written = torch.linalg.solve_triangular(system, beta[..., None] * v, upper=False,
-                                                unitriangular=True)
-        return causal_part(q @ k.transpose(-2, -1)) @ written
+        return torch.linalg.solve_triangular(system, beta[..., None] * v, upper=False,
+                                             unitriangular=True)
+
+    def attend(self, x):
+        m = self.token_maps(x)
+        return causal_part(m.q @ m.k.transpose(-2, -1)) @ self._written(m.k, m.v, m.beta)
+
+    def attend_last(self, x):
+        """``u_N = S_N^T q_N``, the state carried over chunks of :data:`CAUSAL_CHUNK`
+        tokens: a chunk starting from ``S`` writes what its keys write from 0 into
+        ``V - K S`` (:meth:`_written`) and adds ``K^T W`` to ``S``. ``O(N C r d)``, no
+        ``N x N`` tensor."""
+        m = self.token_maps(x)
+        S = None
+        for t0 in range(0, x.shape[-2], CAUSAL_CHUNK):
+            k, v = m.k[:, t0:t0 + CAUSAL_CHUNK], m.v[:, t0:t0 + CAUSAL_CHUNK]
+            written = self._written(k, v if S is None else v - k @ S,
+                                    m.beta[:, t0:t0 + CAUSAL_CHUNK])
+            S = k.transpose(-2, -1) @ written if S is None else S + k.transpose(-2, -1) @ written
+        return torch.einsum("br,brd->bd", m.q[:, -1], S)
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)

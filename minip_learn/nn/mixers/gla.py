@@ -80,13 +80,24 @@ class GatedLinearAttentionMixer(MatrixStateMixer):
     def token_maps(self, x):
         """The per-token maps the recurrence reads: ``q``, ``k``, ``v`` and the
         log-gates ``log_alpha = logsigmoid(W_a x + c_a) / tau`` (all ``<= 0``)."""
-        log_alpha = nn.functional.logsigmoid(self.gate(x)) / self.gate_temperature
         return GatedMaps(q=self.query(x), k=self.key(x), v=self.value(x),
-                         log_alpha=log_alpha)
+                         log_alpha=self.log_gates(x))
+
+    def log_gates(self, x):
+        """``log alpha = logsigmoid(W_a x + c_a) / tau`` of tokens ``x``, all ``<= 0``."""
+        return nn.functional.logsigmoid(self.gate(x)) / self.gate_temperature
 
     def attend(self, x):
         m = self.token_maps(x)
         return decayed_scores(m.q, m.k, m.log_alpha.cumsum(-2)) @ m.v
+
+    def attend_last(self, x):
+        """``u_N = S_N^T q_N`` with ``S_N = sum_j diag(exp(L_N - L_j)) k_j v_j^T`` (the
+        cumulative log-gates ``L``; every factor in (0, 1]): ``O(N r d)``."""
+        log_cum = self.log_gates(x).cumsum(-2)
+        keys = self.key(x) * torch.exp(log_cum[:, -1:] - log_cum)
+        S = keys.transpose(-2, -1) @ self.value(x)
+        return torch.einsum("br,brd->bd", self.query(x[:, -1]), S)
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)

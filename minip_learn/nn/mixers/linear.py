@@ -71,6 +71,11 @@ class LinearAttentionMixer(MatrixStateMixer):
         m = self.token_maps(x)
         return causal_part(m.q @ m.k.transpose(-2, -1)) @ m.v
 
+    def attend_last(self, x):
+        """``u_N = S_N^T phi(q_N)`` with ``S_N = sum_j phi(k_j) v_j^T``: ``O(N r d)``."""
+        S = self.key_features(x).transpose(-2, -1) @ self.value(x)
+        return torch.einsum("br,brd->bd", self.query_features(x[:, -1]), S)
+
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)
         S = state[0] + m.k[:, :, None] * m.v[:, None, :]

@@ -123,6 +123,26 @@ class MambaMixer(Mixer):
         u = (scores @ v[..., None]).squeeze(-1) + self.D[:, None] * v
         return u.transpose(-2, -1)
 
+    #: tokens per chunk of :meth:`attend_last`
+    LAST_CHUNK = 8
+
+    def attend_last(self, x):
+        """``u_N = C_N^T h_N + D v_N``, the scan's final state ``h_N`` carried over chunks
+        of :attr:`LAST_CHUNK` tokens: a chunk decays ``h`` by ``exp(A sum_j Delta_j)``
+        and adds ``sum_j exp(A sum_{s > j} Delta_s) B_j Delta_j v_j`` (every factor in
+        (0, 1]; the sums within the chunk). ``O(N d r)``, read out once."""
+        m = self.token_maps(x)
+        h = None
+        for t0 in range(0, x.shape[-2], self.LAST_CHUNK):
+            chunk = slice(t0, t0 + self.LAST_CHUNK)
+            delta = m.delta[:, chunk]  # (b, c, d)
+            after = delta.flip(1).cumsum(1).flip(1) - delta  # sum over the later tokens
+            written = torch.exp(after[..., None] * m.A) * (delta * m.v[:, chunk])[..., None]
+            added = torch.einsum("bcdr,bcr->bdr", written, m.B[:, chunk])
+            h = added if h is None else (
+                torch.exp((after[:, 0] + delta[:, 0])[..., None] * m.A) * h + added)
+        return (h * m.C[:, -1, None, :]).sum(-1) + self.D * m.v[:, -1]
+
     def initial_state(self, batch, *, dtype, device):
         return (torch.zeros(batch, self.value_dim, self.state_size, dtype=dtype,
                             device=device),)

@@ -14,6 +14,7 @@ module        holds
               :class:`~minip_learn.nn.ops.chunk.PrefixSketch` /
               :class:`~minip_learn.nn.ops.chunk.LogPrefixSketch`
 ``recurrent`` causal kernel attention one token at a time
+``last``      the final-query form: the last position's query over every key
 ``softmax``   dense softmax attention, explicit and over blocks of queries
 ============  ======================================================================
 
@@ -52,6 +53,7 @@ from .kernel import (
     sketch,
     weight_keys,
 )
+from .last import last_attend, last_head_output
 from .masks import causal_mask, causal_part, decayed_mask, decayed_scores, log_decay
 from .pair import pair_readout, pairwise_dots
 from .recurrent import recurrent_attend, recurrent_state, recurrent_step
@@ -77,6 +79,8 @@ __all__ = [
     "kernel_from_log",
     "kernel_readout",
     "kernel_values",
+    "last_attend",
+    "last_head_output",
     "log_decay",
     "log_kernel",
     "naive",
