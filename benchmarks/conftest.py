@@ -31,7 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import _bench  # noqa: E402  (benchmarks/ is on sys.path: pytest's rootdir-based import)
 
-SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify", "startup")
+SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify", "startup", "final_query")
 
 
 def pytest_addoption(parser):
@@ -221,6 +221,18 @@ def markdown(res):
             [[f"{r['target_median']:.3f}", f"{r['baseline_median']:.3f}",
               f"{r['target_median'] - r['baseline_median']:.3f}", f"{r['eager_median']:.2f}",
               "--help <= 0.5 s"] for r in res["startup"]])
+        out.append("")
+    if res["final_query"]:
+        r0 = res["final_query"][0]
+        out += ["### (g) One final-query epoch per mixer at state 80 (exact m = 12 family)", "",
+                f"Both forms on the first {r0['n_ratio']:,} sequences; the last-position form "
+                f"also on all {r0['n_sequences']:,} sequences of {r0['seq_len']} tokens.", ""]
+        out += _table(
+            ["mixer", "last position [s]", "every position [s]", "speed-up",
+             "whole family, last position [s]", "target"],
+            [[r["name"], f"{r['target_median']:.3f}", f"{r['baseline_median']:.3f}",
+              f"{1 / r['ratio']:.1f}x", f"{r['whole_last']:.2f}", "<= 2 s"]
+             for r in res["final_query"]])
         out.append("")
     for s in res["skipped"]:
         out.append(f"Skipped: {s['test']}: {s['reason']}")

@@ -434,18 +434,17 @@ class HeadEnsemble(nn.Module):
         template's modules at construction; pairs or positions chosen per input).
         ``counts`` (shape ``x.shape[:-1]``): the multiplicity of every slot of sequences
         in multiset form; None: one per position. ``last=True``: every member's output
-        at the last position only (its ``forward(x, last=True)``: the final-query form,
-        through the single or the generic path).
+        at the last position only: its ``forward(x, last=True)`` (the final-query form)
+        on the single and the generic path; the fused path computes every position and
+        reads the last (its heads are non-causal kernel heads, whose cost is linear in
+        the positions).
         """
-        if last:
+        if not self._fast or (last and self.n_members == 1):
             if self.n_members == 1:
-                return self._single_forward(x, counts, last=True)
-            return self._vmap_forward(x, counts, last=True)
-        if not self._fast:
-            if self.n_members == 1:
-                return self._single_forward(x, counts)
-            return self._vmap_forward(x, counts)
-        return self._fast_forward(x, counts)
+                return self._single_forward(x, counts, last=last)
+            return self._vmap_forward(x, counts, last=last)
+        out = self._fast_forward(x, counts)
+        return out[:, :, -1:] if last else out
 
     def train(self, mode=True):
         """As :meth:`torch.nn.Module.train`; a no-op when the stack is in that mode

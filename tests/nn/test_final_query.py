@@ -2,6 +2,7 @@
 alone, equal to the last position of the whole-sequence form (values and gradients),
 for every head, model and member stack, and what a final-query fit runs."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -12,6 +13,9 @@ from minip_learn.nn import (
     KernelAttentionModel,
     SoftmaxAttentionHead,
     attention,
+    available_mixers,
+    get_mixer,
+    make_mixer,
 )
 from minip_learn.nn.ops import naive
 from minip_learn.training import train_members
@@ -84,9 +88,10 @@ def test_last_refuses_counts():
         head(x, counts=torch.ones(4, 3), last=True)
 
 
+@pytest.mark.parametrize("causal", [False, True])  # the fused and the generic path
 @pytest.mark.parametrize("ranks", [(3,), (2, 4, 4)])
-def test_a_stack_computes_each_members_last_position(ranks):
-    heads = [_perturbed(lambda r=r: KernelAttentionHead(5, rank=r), seed=i)
+def test_a_stack_computes_each_members_last_position(ranks, causal):
+    heads = [_perturbed(lambda r=r: KernelAttentionHead(5, rank=r, causal=causal), seed=i)
              for i, r in enumerate(ranks)]
     ens = HeadEnsemble(heads)
     x = _tokens(30)
@@ -113,3 +118,13 @@ def test_a_final_query_fit_never_runs_the_whole_sequence_form(monkeypatch):
     a, b = ref.members[0].net.module_, res.members[0].net.module_
     for p, q in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(p, q)
+
+
+@pytest.mark.parametrize("name", available_mixers())
+def test_a_stack_of_mixers_computes_each_members_last_position(name):
+    kwargs = get_mixer(name).data_kwargs(np.zeros((1, 40, 5)))
+    mixers = [_perturbed(lambda: make_mixer(name, 5, 3, **kwargs), seed=i) for i in range(2)]
+    x = _tokens(40)
+    out = HeadEnsemble(mixers)(x, last=True)
+    for i, mixer in enumerate(mixers):
+        torch.testing.assert_close(out[i], mixer(x)[:, -1:], rtol=1e-9, atol=1e-10)

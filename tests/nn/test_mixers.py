@@ -119,6 +119,19 @@ def test_the_final_query_form_builds_no_whole_sequence_form(name, monkeypatch):
     torch.testing.assert_close(mixer(x, last=True), expected, rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("name", BUILT_INS)
+def test_the_final_query_form_in_blocks_of_sequences_is_the_same(name, monkeypatch):
+    mixer, x = _mixer(name), _tokens(seq_len=12)
+    whole = mixer(x, last=True)
+    monkeypatch.setattr(Mixer, "LAST_BLOCK_FLOATS", 1)  # one sequence per block
+    calls = []
+    attend_last = type(mixer).attend_last
+    monkeypatch.setattr(type(mixer), "attend_last",
+                        lambda self, part: calls.append(len(part)) or attend_last(self, part))
+    torch.testing.assert_close(mixer(x, last=True), whole, rtol=1e-12, atol=1e-12)
+    assert calls == [1] * len(x)
+
+
 def _refuse(*args, **kwargs):
     raise AssertionError("the final-query form ran a whole-sequence form")
 

@@ -243,8 +243,24 @@ class Mixer(nn.Module):
         the last position's only, shape (batch, 1), the readout of :meth:`attend_last`
         (what a final-query fit reads)."""
         if last:
-            return self.readout(x[:, -1:], self.attend_last(x)[:, None])
+            return self.readout(x[:, -1:], self.last_in_blocks(x)[:, None])
         return self.readout(x, self.mix(x))
+
+    #: floats of state one block of :meth:`last_in_blocks` holds: a cache-sized working
+    #: set (about 1 MiB in float32)
+    LAST_BLOCK_FLOATS = 2**18
+
+    def last_in_blocks(self, x):
+        """:meth:`attend_last` over blocks of sequences, each holding about
+        :attr:`LAST_BLOCK_FLOATS` floats of state: the same values, with every tensor of
+        a block small enough to stay in the CPU's cache (on the 2-core development
+        machine 2x to 8x faster on the exact m = 12 family than one block of 12,720
+        sequences)."""
+        per_sequence = self.state_floats(x.shape[1]) or 1
+        block = max(1, self.LAST_BLOCK_FLOATS // per_sequence)
+        if x.shape[0] <= block:
+            return self.attend_last(x)
+        return torch.cat([self.attend_last(part) for part in x.split(block)])
 
     def attend_last(self, x):
         """The mixed vector at the last position, shape (batch, value_dim): the state
@@ -393,7 +409,9 @@ class HeadMixer(Mixer):
         return self.head.attend_last(x)
 
     def forward(self, x, *, last=False):
-        return self.head(x, last=last)
+        if last:
+            return self.readout(x[:, -1:], self.last_in_blocks(x)[:, None])
+        return self.head(x)
 
 
 # ---------------------------------------------------------------------------------

@@ -81,7 +81,12 @@ class DeltaNetMixer(MatrixStateMixer):
         the writing strength ``beta`` in (0, 1) (shape (...,))."""
         normalize = nn.functional.normalize
         return DeltaMaps(q=normalize(self.query(x), dim=-1), k=normalize(self.key(x), dim=-1),
-                         v=self.value(x), beta=torch.sigmoid(self.beta(x)).squeeze(-1))
+                         v=self.value(x), beta=self.strength(x))
+
+    def strength(self, x):
+        """The writing strength ``beta = sigmoid(<w_b, x> + c_b)`` of tokens ``x``, shape
+        (...,)."""
+        return torch.sigmoid(self.beta(x)).squeeze(-1)
 
     @staticmethod
     def _written(k, v, beta):
@@ -104,14 +109,15 @@ class DeltaNetMixer(MatrixStateMixer):
         tokens: a chunk starting from ``S`` writes what its keys write from 0 into
         ``V - K S`` (:meth:`_written`) and adds ``K^T W`` to ``S``. ``O(N C r d)``, no
         ``N x N`` tensor."""
-        m = self.token_maps(x)
+        normalize = nn.functional.normalize
+        keys, values, beta = normalize(self.key(x), dim=-1), self.value(x), self.strength(x)
         S = None
         for t0 in range(0, x.shape[-2], CAUSAL_CHUNK):
-            k, v = m.k[:, t0:t0 + CAUSAL_CHUNK], m.v[:, t0:t0 + CAUSAL_CHUNK]
+            k, v = keys[:, t0:t0 + CAUSAL_CHUNK], values[:, t0:t0 + CAUSAL_CHUNK]
             written = self._written(k, v if S is None else v - k @ S,
-                                    m.beta[:, t0:t0 + CAUSAL_CHUNK])
+                                    beta[:, t0:t0 + CAUSAL_CHUNK])
             S = k.transpose(-2, -1) @ written if S is None else S + k.transpose(-2, -1) @ written
-        return torch.einsum("br,brd->bd", m.q[:, -1], S)
+        return torch.einsum("br,brd->bd", normalize(self.query(x[:, -1]), dim=-1), S)
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)

@@ -123,25 +123,20 @@ class MambaMixer(Mixer):
         u = (scores @ v[..., None]).squeeze(-1) + self.D[:, None] * v
         return u.transpose(-2, -1)
 
-    #: tokens per chunk of :meth:`attend_last`
-    LAST_CHUNK = 8
-
     def attend_last(self, x):
-        """``u_N = C_N^T h_N + D v_N``, the scan's final state ``h_N`` carried over chunks
-        of :attr:`LAST_CHUNK` tokens: a chunk decays ``h`` by ``exp(A sum_j Delta_j)``
-        and adds ``sum_j exp(A sum_{s > j} Delta_s) B_j Delta_j v_j`` (every factor in
-        (0, 1]; the sums within the chunk). ``O(N d r)``, read out once."""
+        """``u_N = C_N^T h_N + D v_N``: the scan of :meth:`step` carries the state ``h``
+        over the tokens (their maps computed at once) and is read out once."""
         m = self.token_maps(x)
-        h = None
-        for t0 in range(0, x.shape[-2], self.LAST_CHUNK):
-            chunk = slice(t0, t0 + self.LAST_CHUNK)
-            delta = m.delta[:, chunk]  # (b, c, d)
-            after = delta.flip(1).cumsum(1).flip(1) - delta  # sum over the later tokens
-            written = torch.exp(after[..., None] * m.A) * (delta * m.v[:, chunk])[..., None]
-            added = torch.einsum("bcdr,bcr->bdr", written, m.B[:, chunk])
-            h = added if h is None else (
-                torch.exp((after[:, 0] + delta[:, 0])[..., None] * m.A) * h + added)
+        h = self.initial_state(x.shape[0], dtype=x.dtype, device=x.device)[0]
+        for t in range(x.shape[-2]):
+            h = self._advance(h, m.delta[:, t], m.v[:, t], m.B[:, t], m.A)
         return (h * m.C[:, -1, None, :]).sum(-1) + self.D * m.v[:, -1]
+
+    @staticmethod
+    def _advance(h, delta, v, B, A):
+        """``h_t = exp(Delta_t A) h_{t-1} + (Delta_t v_t) B_t^T``, per channel: ``h``
+        (b, d, r), ``delta`` and ``v`` (b, d), ``B`` (b, r), ``A`` (d, r)."""
+        return torch.exp(delta[..., None] * A) * h + (delta * v)[..., None] * B[:, None, :]
 
     def initial_state(self, batch, *, dtype, device):
         return (torch.zeros(batch, self.value_dim, self.state_size, dtype=dtype,
@@ -149,10 +144,8 @@ class MambaMixer(Mixer):
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)
-        v, delta = m.v, m.delta  # (b, d)
-        h = (torch.exp(delta[..., None] * m.A) * state[0]
-             + (delta * v)[..., None] * m.B[:, None, :])
-        return (h,), (h * m.C[:, None, :]).sum(-1) + self.D * v
+        h = self._advance(state[0], m.delta, m.v, m.B, m.A)
+        return (h,), (h * m.C[:, None, :]).sum(-1) + self.D * m.v
 
     def state_floats(self, seq_len=None):
         """``d r``: one state of dimension ``r`` per channel."""
