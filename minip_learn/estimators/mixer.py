@@ -88,6 +88,11 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
     weight_decay : float, default=0.0
     stop_tolerance, n_init, callbacks, dtype, device, random_state, verbose
         As in :class:`KernelAttentionRegressor`.
+    split_every : int or None, default=None
+        For the kernel mixers (``kernel``, ``retnet``, ``positional``) with the
+        ``table`` map: every ``split_every`` epochs, queries that share a dominant
+        feature get features of their own, as in :class:`KernelAttentionRegressor`
+        (whose default is 200); ignored for other mixers and maps. None turns it off.
 
     Attributes
     ----------
@@ -155,6 +160,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         "state_size": ("int", {"min": 1, "size": True}),
         "mixer_kwargs": ("instance", {"types": (dict,), "none": True,
                                       "what": "a dict or None"}),
+        "split_every": ("int", {"min": 1, "none": True}),
     }
 
     def __init__(
@@ -170,6 +176,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         weight_decay=0.0,
         stop_tolerance=0.25,
         n_init=1,
+        split_every=None,
         callbacks=None,
         dtype="float32",
         device="cpu",
@@ -186,6 +193,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         self.weight_decay = weight_decay
         self.stop_tolerance = stop_tolerance
         self.n_init = n_init
+        self.split_every = split_every
         self.callbacks = callbacks
         self.dtype = dtype
         self.device = device

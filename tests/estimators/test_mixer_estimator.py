@@ -14,7 +14,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from minip_learn import SequenceMixerRegressor
 from minip_learn.compact import CompactFamily
-from minip_learn.datasets import make_minip
+from minip_learn.datasets import make_minip, make_witness_suite
 from minip_learn.nn import available_mixers, get_mixer, make_mixer
 
 FAST = dict(max_epochs=40, dtype="float64", random_state=0)
@@ -213,3 +213,20 @@ def test_from_module_of_a_builtin(data):
                                              state_size=4)
     assert est.theorem_ == "no" and est.state_floats_ is None and est.query_ == "all"
     assert est.predict(X).shape == y.shape
+
+
+def test_feature_splitting_brings_the_kernel_mixer_to_the_exact_rank():
+    # the exact m = 8 family in final-query form: exact rank 14 (THEORY.md R9)
+    suite = make_witness_suite(n_bits=8, construction="exact", query="last")
+    assert suite.exact_min_rank == 14
+    kw = dict(mixer="kernel", mixer_kwargs={"feature_map": "table"}, lr=0.03,
+              max_epochs=1500, stop_tolerance=0.5, random_state=0)
+    split = SequenceMixerRegressor(state_size=14, split_every=200, **kw).fit(suite.X, suite.y)
+    assert split.solved_ and split.train_max_error_ < 0.5
+    assert any(h.get("n_split") for h in split.net_.history)
+    plain = SequenceMixerRegressor(state_size=14, max_epochs=400, **{
+        k: v for k, v in kw.items() if k != "max_epochs"}).fit(suite.X, suite.y)
+    assert not any("n_split" in h for h in plain.net_.history)
+    below = SequenceMixerRegressor(state_size=13, split_every=200, max_epochs=600, **{
+        k: v for k, v in kw.items() if k != "max_epochs"}).fit(suite.X, suite.y)
+    assert not below.solved_  # below the exact rank no training solves it

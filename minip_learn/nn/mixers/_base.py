@@ -253,9 +253,8 @@ class Mixer(nn.Module):
     def last_in_blocks(self, x):
         """:meth:`attend_last` over blocks of sequences, each holding about
         :attr:`LAST_BLOCK_FLOATS` floats of state: the same values, with every tensor of
-        a block small enough to stay in the CPU's cache (on the 2-core development
-        machine 2x to 8x faster on the exact m = 12 family than one block of 12,720
-        sequences)."""
+        a block small enough to stay in the CPU's cache (what it saves is on
+        :ref:`performance`)."""
         per_sequence = self.state_floats(x.shape[1]) or 1
         block = max(1, self.LAST_BLOCK_FLOATS // per_sequence)
         if x.shape[0] <= block:

@@ -76,6 +76,18 @@ feature_kwargs, denominator_eps
     def recurrent(self, x):
         return self.head.recurrent(x)
 
+    @property
+    def query_features(self):
+        """The head's query map (read by feature splitting, with :meth:`token_tables`)."""
+        return self.head.query_features
+
+    def token_tables(self):
+        """The head's query and key log-feature tables, or None
+        (:meth:`KernelAttentionHead.token_tables
+        <minip_learn.nn.KernelAttentionHead.token_tables>`): what
+        :func:`~minip_learn.nn.split_shared_features` edits."""
+        return self.head.token_tables()
+
     def state_floats(self, seq_len=None):
         """``r (d + 1)``: the sketch ``S`` and ``s`` (log-domain maps: ``r`` more, the
         running maximum of the key log-features)."""
