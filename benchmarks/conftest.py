@@ -31,7 +31,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import _bench  # noqa: E402  (benchmarks/ is on sys.path: pytest's rootdir-based import)
 
-SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify", "startup", "final_query")
+SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify", "startup", "final_query",
+            "gpu")
 
 
 def pytest_addoption(parser):
@@ -233,6 +234,19 @@ def markdown(res):
             [[r["name"], f"{r['target_median']:.3f}", f"{r['baseline_median']:.3f}",
               f"{1 / r['ratio']:.1f}x", f"{r['whole_last']:.2f}", "<= 2 s"]
              for r in res["final_query"]])
+        out.append("")
+    if res["gpu"]:
+        cuda = next((r["cuda_name"] for r in res["gpu"] if r.get("cuda_name")), None)
+        out += ["### (h) The GPU beside the machine's CPU cores", "",
+                f"CPU: {os.cpu_count()} cores; GPU: {cuda or 'none (not measured)'}.", ""]
+
+        def secs(v):
+            return "not measured" if v is None else f"{v:.2f}"
+
+        out += _table(["workload", "CPU [s]", "GPU [s]", "GPU speed-up"],
+                      [[r["workload"], secs(r["cpu"]), secs(r.get("cuda")),
+                        "-" if r.get("cuda") is None else f"{r['cpu'] / r['cuda']:.1f}x"]
+                       for r in res["gpu"]])
         out.append("")
     for s in res["skipped"]:
         out.append(f"Skipped: {s['test']}: {s['reason']}")

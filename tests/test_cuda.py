@@ -13,6 +13,7 @@ import torch
 from minip_learn import KernelAttentionRegressor, SequenceMixerRegressor, SoftmaxAttentionRegressor
 from minip_learn.cli import main
 from minip_learn.datasets import make_witness_suite
+from minip_learn.experiments import EXPERIMENTS
 from minip_learn.model_selection import rank_sweep
 from minip_learn.nn import available_mixers
 
@@ -88,3 +89,13 @@ def test_witness_recipe_on_cuda(tmp_path, capsys):
     out = capsys.readouterr().out
     assert status == 0, out
     assert "all expected behaviours observed" in out
+
+
+@pytest.mark.parametrize("recipe", [name.replace("_", "-") for name in EXPERIMENTS
+                                    if name != "witness"])
+def test_every_quick_recipe_on_cuda(recipe, tmp_path, capsys):
+    status = main(["reproduce", recipe, "--quick", "--devices", "cuda", "--no-progress",
+                   "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert (tmp_path / "summary.md").is_file()

@@ -314,9 +314,8 @@ class MinIPNet(NeuralNet):
             if self._on_device(x) or (
                     isinstance(x, Mapping) and all(self._on_device(v) for v in x.values())):
                 return module_forward(self.module_, x, last=last)
-        if last:
-            fit_params = {**fit_params, "last": True}
-        return super().infer(x, **fit_params)
+        out = super().infer(x, **fit_params, **last_kwargs(self.module_, last=last))
+        return last_output(self.module_, out, last)
 
     def get_loss(self, y_pred, y_true, X=None, training=False):
         weights = input_counts(X)
