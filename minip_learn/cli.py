@@ -171,7 +171,8 @@ def build_parser():
                      help="no progress bars (none either when standard error is not a "
                           "terminal)")
     rep.add_argument("--ensemble", action="store_true", default=None,
-                     help="train the seeds and ranks of each sweep as batched ensembles "
+                     help="train the seeds and ranks (a mixer's state sizes) of each sweep "
+                          "as batched ensembles "
                           "(same results, several times cheaper per fit; scaling does "
                           "so by default)")
     docs = rep.add_argument_group("docs-artifacts")

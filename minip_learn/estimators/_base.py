@@ -66,9 +66,6 @@ _NP_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 #: stays below this many bytes.
 PREDICT_CHUNK_BYTES = 2**28
 
-#: What ``fit_members`` lets the members of one stack differ in.
-MEMBER_PARAMS = ("rank", "random_state")
-
 #: The types of the ``X`` and ``y`` that ``fit``, ``score`` and ``predict`` take, written
 #: once: :func:`data_doc` puts them where a docstring says ``%(X)s`` and ``%(y)s``.
 DATA_TYPES = {
@@ -236,6 +233,10 @@ class AttentionEstimator(BaseEstimator):
     ``_criterion`` (the training loss) and ``_error`` (a position's error).
     """
 
+    #: the hyperparameters in which the members of one stack (:meth:`fit_members`,
+    #: :func:`~minip_learn.model_selection.fit_ensemble`) may differ
+    member_params = ("rank", "random_state")
+
     #: hyperparameter -> constraint (see :func:`minip_learn._validation.check_params`)
     _parameter_constraints = {
         "lr": ("real", {"min": 0.0, "strict": True}),
@@ -249,6 +250,7 @@ class AttentionEstimator(BaseEstimator):
         "stop_tolerance": ("real", {"min": 0.0, "strict": True, "max": TOLERANCE,
                                     "none": True}),
         "n_init": ("int", {"min": 1}),
+        "check_every": ("int", {"min": 1}),
         "callbacks": ("instance", {"types": (list, tuple), "none": True,
                                    "what": "a list of skorch callbacks or None"}),
     }
@@ -417,8 +419,8 @@ class AttentionEstimator(BaseEstimator):
         """Keyword arguments of :func:`~minip_learn.training.build_net` and
         :func:`~minip_learn.training.train_members` from checked hyperparameters."""
         return {k: checked[k] for k in ("optimizer", "lr", "weight_decay", "max_epochs",
-                                        "batch_size", "callbacks", "dtype", "device",
-                                        "verbose")}
+                                        "batch_size", "check_every", "callbacks", "dtype",
+                                        "device", "verbose")}
 
     # -- training ------------------------------------------------------------------
     def _train(self, data, y2, members, checked, *, batched, query="all", progress=False):
@@ -500,8 +502,12 @@ class AttentionEstimator(BaseEstimator):
         y : %(y)s
             As in :meth:`fit`.
         params : list of dict
-            The parameters of every member; keys among ``rank`` (estimators with a
-            rank) and ``random_state``.
+            The parameters of every member; keys among :attr:`member_params` (``rank``
+            and ``random_state``; ``state_size`` and ``random_state`` for
+            :class:`~minip_learn.SequenceMixerRegressor`). Members whose modules have
+            parameters of different shapes (e.g. mixers of different state sizes)
+            train as one stack per shape, one after the other; kernel heads of
+            different ranks share one stack (rank masking).
         progress : bool, default=False
             Show a :mod:`tqdm` progress bar over epochs.
 
@@ -515,7 +521,7 @@ class AttentionEstimator(BaseEstimator):
         Raises
         ------
         ValueError
-            For other parameters than ``rank`` and ``random_state``, modules that
+            For other parameters than :attr:`member_params`, modules that
             train one by one only (several heads or layers, MLP readouts, class
             logits), mini-batches or ``callbacks`` (with several members), any
             input ``fit`` rejects, or a stack (every member, ``n_init`` times) that
@@ -536,20 +542,21 @@ class AttentionEstimator(BaseEstimator):
         if not params:
             raise ValueError("params must be a non-empty list of dicts.")
         for p in params:
-            bad = set(p) - set(MEMBER_PARAMS)
+            bad = set(p) - set(self.member_params)
             if bad:
                 raise ValueError(
-                    f"members may differ only in {' and '.join(MEMBER_PARAMS)}; got "
-                    f"{sorted(bad)}.")
+                    f"members of a {type(self).__name__} stack may differ only in "
+                    f"{' and '.join(self.member_params)}; got {sorted(bad)}.")
         data, y2, fitted = self._validate_data(X, y, False)
         X3 = data.tokens
         ests = [clone(self).set_params(**p) for p in params]
         by_key, members, checked = {}, [], None
+        sizes = [k for k in self.member_params if k != "random_state"]
         for est in ests:
-            key = getattr(est, "rank", None)
+            key = tuple(getattr(est, k) for k in sizes)
             if key not in by_key:
-                # members differ only in rank and seed: check (and e.g. collect the
-                # vocabulary of the table map) once per rank
+                # members differ only in size and seed: check (and e.g. collect the
+                # vocabulary of the table map) once per size
                 checked = est._check_params()
                 by_key[key] = (est._module_params(X3, checked, fitted), est, checked)
             members.append((copy.deepcopy(by_key[key][0]), est.random_state))

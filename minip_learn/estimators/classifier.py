@@ -57,7 +57,7 @@ class KernelAttentionClassifier(ExactMatchScore, ClassifierMixin, KernelAttentio
     ----------
     rank, feature_map, value_dim, feature_width, feature_depth, shared_features, \
 feature_kwargs, causal, positional, decay, n_heads, n_layers, readout, readout_width, lr, max_epochs, batch_size, \
-optimizer, weight_decay, stop_tolerance, n_init, split_every, callbacks, dtype, \
+optimizer, weight_decay, stop_tolerance, n_init, split_every, check_every, callbacks, dtype, \
 device, random_state, verbose
         As in :class:`KernelAttentionRegressor` (``split_every`` has no effect: the
         classifier's module is not a single head). A training position's error is the

@@ -72,6 +72,7 @@ class KernelAttentionBase(AttentionEstimator):
         stop_tolerance=0.25,
         n_init=1,
         split_every=200,
+        check_every=1,
         callbacks=None,
         dtype="float32",
         device="cpu",
@@ -100,6 +101,7 @@ class KernelAttentionBase(AttentionEstimator):
         self.stop_tolerance = stop_tolerance
         self.n_init = n_init
         self.split_every = split_every
+        self.check_every = check_every
         self.callbacks = callbacks
         self.dtype = dtype
         self.device = device
@@ -403,8 +405,14 @@ class KernelAttentionRegressor(AttentionRegressorMixin, KernelAttentionBase):
         the entries it overwrites). This cures the *assignment trap* that otherwise
         stops every seed of the witness suite (see :ref:`theory-r6`) at its constructive rank.
         Ignored for other maps and modules; ``None`` turns it off.
+    check_every : int, default=1
+        Epochs between two reads of the training figures (losses, max errors) on the
+        host; in between they stay on the device, and training stops
+        (``stop_tolerance``) only on those epochs. On a GPU a value such as 10 spares
+        a host sync per epoch; the history still holds every epoch.
     callbacks : list of skorch callbacks, default=None
-        Extra skorch callbacks.
+        Extra skorch callbacks (with ``check_every > 1`` they read the training figures
+        in the history on the checked epochs only).
     dtype : {"float32", "float64"}, default="float32"
     device : str, default="cpu"
         Torch device (``"cpu"``, ``"cuda"``, ``"cuda:1"`` ...).

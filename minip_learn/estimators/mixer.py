@@ -86,7 +86,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         Mini-batch size; ``None`` trains full-batch.
     optimizer : {"adam", "adamw", "sgd"}, default="adam"
     weight_decay : float, default=0.0
-    stop_tolerance, n_init, callbacks, dtype, device, random_state, verbose
+    stop_tolerance, n_init, check_every, callbacks, dtype, device, random_state, verbose
         As in :class:`KernelAttentionRegressor`.
     split_every : int or None, default=None
         For the kernel mixers (``kernel``, ``retnet``, ``positional``) with the
@@ -154,6 +154,8 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
     ((64, 3), None, None)
     """
 
+    member_params = ("state_size", "random_state")
+
     _parameter_constraints = {
         **AttentionEstimator._parameter_constraints,
         "mixer": _check_mixer,
@@ -177,6 +179,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         stop_tolerance=0.25,
         n_init=1,
         split_every=None,
+        check_every=1,
         callbacks=None,
         dtype="float32",
         device="cpu",
@@ -194,6 +197,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         self.stop_tolerance = stop_tolerance
         self.n_init = n_init
         self.split_every = split_every
+        self.check_every = check_every
         self.callbacks = callbacks
         self.dtype = dtype
         self.device = device

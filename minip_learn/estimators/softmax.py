@@ -33,7 +33,7 @@ class SoftmaxAttentionRegressor(AttentionRegressorMixin, AttentionEstimator):
         With AdamW at ``lr=0.01`` (and the head's small initial query/key weights)
         the head generalises on hard random length-3 Min-IP; see the performance page
         for the solve rates of these defaults.
-    max_epochs, batch_size, stop_tolerance, n_init, callbacks, \
+    max_epochs, batch_size, stop_tolerance, n_init, check_every, callbacks, \
 dtype, device, random_state, verbose
         As in :class:`KernelAttentionRegressor`.
 
@@ -58,6 +58,8 @@ dtype, device, random_state, verbose
     True
     """
 
+    member_params = ("random_state",)
+
     _parameter_constraints = {
         **AttentionEstimator._parameter_constraints,
         "score_dim": ("int", {"min": 1, "none": True, "size": True}),
@@ -80,6 +82,7 @@ dtype, device, random_state, verbose
         weight_decay=0.01,
         stop_tolerance=0.25,
         n_init=1,
+        check_every=1,
         callbacks=None,
         dtype="float32",
         device="cpu",
@@ -97,6 +100,7 @@ dtype, device, random_state, verbose
         self.weight_decay = weight_decay
         self.stop_tolerance = stop_tolerance
         self.n_init = n_init
+        self.check_every = check_every
         self.callbacks = callbacks
         self.dtype = dtype
         self.device = device

@@ -145,7 +145,9 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
         ``SETTINGS["mixers"]["quick"]`` or ``["full"]``.
     out, n_jobs, devices, progress, figures, ensemble
         As in :func:`~minip_learn.experiments.witness_experiment` (figure:
-        ``leaderboard.png``; ``ensemble`` does not apply to mixers).
+        ``leaderboard.png``). ``ensemble=True`` trains the seeds and state sizes of
+        each family and mixer as batched stacks (one per state size, its seeds
+        stacked: :func:`~minip_learn.model_selection.fit_ensemble`).
     **settings
         Overrides: ``families`` (dicts of
         :func:`~minip_learn.datasets.make_witness_suite` arguments, each of which may
@@ -177,7 +179,7 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     [['small-m24', 'kernel', 'yes', 8], ['small-m24-every-order', 'kernel', 'yes', 8]]
     """
     recipe = Recipe("mixers", SETTINGS, quick=quick, out=out, n_jobs=n_jobs,
-                    devices=devices, progress=progress, figures=figures, ensemble=False,
+                    devices=devices, progress=progress, figures=figures, ensemble=ensemble,
                     overrides=settings)
     cfg = recipe.cfg
     families = [_family_settings(cfg, f) for f in cfg["families"]]

@@ -19,59 +19,74 @@ from .._validation import check_seeds
 __all__ = ["fit_ensemble"]
 
 
-def _members(estimator, ranks, seeds, params):
-    """The ``{"rank": r, "random_state": s}`` of every member (ranks outer)."""
+def _members(estimator, sizes, seeds, params):
+    """The ``{size_name: size, "random_state": s}`` of every member (sizes outer);
+    ``sizes``: ``{"rank": ranks, "state_size": state_sizes}`` as given."""
     if not callable(getattr(estimator, "fit_members", None)):
         raise ValueError(
-            "fit_ensemble needs a KernelAttentionRegressor or SoftmaxAttentionRegressor; "
-            f"got {type(estimator).__name__}.")
-    has_rank = "rank" in estimator.get_params(deep=False)
+            "fit_ensemble needs a KernelAttentionRegressor, SoftmaxAttentionRegressor or "
+            f"SequenceMixerRegressor; got {type(estimator).__name__}.")
+    allowed = tuple(getattr(estimator, "member_params", ("rank", "random_state")))
+    name = type(estimator).__name__
+    for key, value in sizes.items():
+        if value is not None and key not in allowed:
+            raise ValueError(f"{name} has no {key}; give {key}s=None.")
+    given = {k: v for k, v in sizes.items() if v is not None}
     if params is not None:
-        if ranks is not None:
-            raise ValueError("give either params or ranks, not both.")
+        if given:
+            raise ValueError(f"give either params or {' or '.join(k + 's' for k in given)}, "
+                             "not both.")
         params = [dict(p) for p in params]
         if not params:
             raise ValueError("params must be a non-empty list of dicts.")
-        if not has_rank and any("rank" in p for p in params):
-            raise ValueError(f"{type(estimator).__name__} has no rank; give no rank in params.")
+        for p in params:
+            bad = sorted(set(p) - set(allowed))
+            if bad:
+                raise ValueError(f"{name} members may differ only in "
+                                 f"{' and '.join(allowed)}; got {bad} in params.")
         return params
-    if ranks is None:
-        ranks = [estimator.rank] if has_rank else [None]
+    key = next((k for k in allowed if k != "random_state"), None)
+    values = given.get(key)
+    if values is None:
+        values = [None] if key is None else [getattr(estimator, key)]
     else:
-        if not has_rank:
-            raise ValueError(f"{type(estimator).__name__} has no rank; give ranks=None.")
-        ranks = [ranks] if isinstance(ranks, numbers.Integral) else list(ranks)
-        if not ranks:
-            raise ValueError("ranks must be a non-empty list of ints or None.")
+        values = [values] if isinstance(values, numbers.Integral) else list(values)
+        if not values:
+            raise ValueError(f"{key}s must be a non-empty list of ints or None.")
     seeds = check_seeds(seeds)
-    if len(set(map(repr, ranks))) != len(ranks):
-        raise ValueError(f"ranks must not contain duplicates; got {ranks!r}.")
+    if len(set(map(repr, values))) != len(values):
+        raise ValueError(f"{key}s must not contain duplicates; got {values!r}.")
     members = []
-    for r in ranks:
+    for v in values:
         for s in seeds:
-            p = {} if r is None else {"rank": r}
+            p = {} if v is None else {key: v}
             p["random_state"] = s
             members.append(p)
     return members
 
 
 def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), params=None,
-                 progress=False):
-    """Fit one estimator for many seeds (and ranks) at once, as one batched model.
+                 state_sizes=None, progress=False):
+    """Fit one estimator for many seeds (and ranks or state sizes) at once, as one
+    batched model.
 
-    Every member ``clone(estimator).set_params(rank=r, random_state=s)`` is initialised
+    Every member ``clone(estimator).set_params(rank=r, random_state=s)`` (for a
+    :class:`~minip_learn.SequenceMixerRegressor`, ``state_size=r``) is initialised
     exactly as its own ``fit`` would initialise it; the members are trained together,
     full-batch, by one optimizer on the sum of their losses (independent gradients,
     elementwise optimizer state), each with its own stopping (``stop_tolerance``) and
     restarts (``n_init``). Heads of smaller rank are zero-padded to the largest rank and
     rank-masked (:class:`~minip_learn.nn.HeadEnsemble`), which leaves their arithmetic
-    that of a rank-``r`` head. The result equals the separate fits up to floating-point
+    that of a rank-``r`` head; sequence mixers of different state sizes train as one
+    stack per state size (their seeds stacked). The result equals the separate fits up
+    to floating-point
     rounding (same initialisation, same steps, same stopping), at a fraction of their
     cost for small heads.
 
     Parameters
     ----------
-    estimator : KernelAttentionRegressor or SoftmaxAttentionRegressor
+    estimator : KernelAttentionRegressor, SoftmaxAttentionRegressor or \
+SequenceMixerRegressor
         Unfitted template; its hyperparameters are shared by every member. It must
         train full-batch (``batch_size=None``) without extra ``callbacks``.
     X : array-like of shape (n_samples, seq_len, n_bits) or (n_samples, n_bits)
@@ -81,11 +96,16 @@ def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), params=None,
     ranks : int or list of int, default=None
         Ranks of the members (kernel heads only); None uses ``estimator.rank``.
     seeds : int or list of int, default=(0, 1, 2)
-        ``random_state`` of the members; one member per rank and seed.
+        ``random_state`` of the members; one member per rank (or state size) and seed.
     params : list of dict, default=None
-        The members themselves, each a dict with keys among ``rank`` and
-        ``random_state``; replaces the product of ``ranks`` and ``seeds`` (then
-        ``ranks`` must be None and ``seeds`` is ignored).
+        The members themselves, each a dict with keys among the estimator's
+        ``member_params`` (``rank`` and ``random_state``; ``state_size`` and
+        ``random_state`` for a mixer); replaces the product of ``ranks`` (or
+        ``state_sizes``) and ``seeds`` (then those must be None and ``seeds`` is
+        ignored).
+    state_sizes : int or list of int, default=None
+        State sizes of the members (:class:`~minip_learn.SequenceMixerRegressor`
+        only); None uses ``estimator.state_size``.
     progress : bool, default=False
         Show a :mod:`tqdm` progress bar over epochs.
 
@@ -144,7 +164,8 @@ def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), params=None,
     [{'rank': 2, 'random_state': 5}]
     """
     start = time.perf_counter()
-    members = _members(estimator, ranks, seeds, params)
+    members = _members(estimator, {"rank": ranks, "state_size": state_sizes}, seeds,
+                       params)
     res = estimator.fit_members(X, y, members, progress=progress)
     out = res.estimators
     return Bunch(

@@ -284,17 +284,25 @@ def _fit_and_score(plan, params, seed, key, fitted=None):
     return row, (est if plan.keep else None)
 
 
+def _sizes(estimator):
+    """The parameters other than the seed in which the members of one ensemble may
+    differ (``rank``; ``state_size`` for a mixer)."""
+    return [k for k in getattr(estimator, "member_params", ("rank",)) if k != "random_state"]
+
+
 def _fit_and_score_ensemble(plan, group):
     """Fit the fits ``group`` (``(params, seed, key)`` sharing every parameter but
-    ``rank``) as one batched ensemble and score each; returns a list of
-    ``(row, estimator)``. Wall and CPU times are shared out equally over the members."""
-    common = {k: v for k, v in group[0][0].items() if k != "rank"}
+    their sizes, see :func:`_sizes`) as one batched ensemble and score each; returns a
+    list of ``(row, estimator)``. Wall and CPU times are shared out equally over the
+    members."""
+    sizes = _sizes(plan.estimator)
+    common = {k: v for k, v in group[0][0].items() if k not in sizes}
     if plan.device is not None:
         common["device"] = plan.device
     base = clone(plan.estimator).set_params(**common)
     members = []
     for p, s, _ in group:
-        m = {"rank": p["rank"]} if "rank" in p else {}
+        m = {k: p[k] for k in sizes if k in p}
         m["random_state"] = s
         members.append(m)
     with _torch_threads(plan.n_threads):
@@ -306,12 +314,14 @@ def _fit_and_score_ensemble(plan, group):
             for (p, s, k), est in zip(group, res.estimators)]
 
 
-def _ensemble_jobs(todo, n_jobs, device_list):
-    """Group the fits that differ only in rank and seed; split groups so that at least
-    as many jobs as parallel workers exist (the fits of a job form one ensemble)."""
+def _ensemble_jobs(todo, n_jobs, device_list, sizes=("rank",)):
+    """Group the fits that differ only in ``sizes`` and seed; split groups so that at
+    least as many jobs as parallel workers exist (the fits of a job form one
+    ensemble)."""
     groups = {}
     for t in todo:
-        groups.setdefault(digest({k: v for k, v in t[0].items() if k != "rank"}), []).append(t)
+        common = {k: v for k, v in t[0].items() if k not in sizes}
+        groups.setdefault(digest(common), []).append(t)
     jobs = list(groups.values())
     workers = max(effective_n_jobs(n_jobs), len(device_list or ()))
     if jobs and len(jobs) < workers:
@@ -336,9 +346,10 @@ def run_fits(estimator, X, y, tasks, *, scoring, n_jobs, devices, n_threads,
     Yields ``(row, estimator)`` as fits finish (estimator None unless ``keep``).
     ``claim(task) -> bool`` is asked just before a task is dispatched (possibly from
     joblib's dispatching thread); a task it refuses is skipped. ``ensemble=True`` groups
-    the tasks that differ only in rank and seed into batched ensembles.
+    the tasks that differ only in rank (or state size) and seed into batched ensembles.
     """
-    jobs = _ensemble_jobs(tasks, n_jobs, devices) if ensemble else [[t] for t in tasks]
+    jobs = (_ensemble_jobs(tasks, n_jobs, devices, _sizes(estimator)) if ensemble
+            else [[t] for t in tasks])
 
     def dispatched():
         for job, device in zip(jobs, _assign_devices(devices, len(jobs))):

@@ -446,7 +446,8 @@ def rank_sweep(
     progress : bool, default=True
         Show a :mod:`tqdm` progress bar over fits.
     ensemble : bool, default=False
-        Train the fits that share every swept parameter except ``rank`` and the seed
+        Train the fits that share every swept parameter except ``rank`` (for a
+        :class:`~minip_learn.SequenceMixerRegressor`, ``state_size``) and the seed
         as one batched model (:func:`~minip_learn.model_selection.fit_ensemble`; needs
         full-batch training, ``batch_size=None``): same results up to floating-point
         rounding, several times cheaper per fit for small heads. Such groups are split

@@ -347,14 +347,16 @@ class HeadEnsemble(nn.Module):
 
     @staticmethod
     def stack_groups(heads):
-        """Which heads can share one stack: all of them, or one stack per rank where a
-        feature map declares that heads of different ranks cannot
-        (``FeatureMap.rank_maskable``).
+        """Which heads can share one stack: all of them when their parameters have the
+        same shapes or rank masking applies (kernel heads of different ranks whose
+        feature maps are ``rank_maskable``), else one stack per shape (e.g. one per
+        rank where a feature map declares that heads of different ranks cannot share
+        a stack, one per state size for sequence mixers).
 
         Parameters
         ----------
         heads : list of torch.nn.Module
-            Heads of one class and architecture.
+            Heads of one class and architecture (up to their shapes).
 
         Returns
         -------
@@ -372,11 +374,15 @@ class HeadEnsemble(nn.Module):
         [[0, 2], [1]]
         """
         heads = list(heads)
-        if not heads or _rank_mask_obstacle(heads[0]) is None:
+        shapes = [tuple((n, tuple(p.shape)) for n, p in h.named_parameters())
+                  for h in heads]
+        maskable = bool(heads) and all(getattr(h, "rank", None) is not None and hasattr(
+            h, "feature_mask") for h in heads) and _rank_mask_obstacle(heads[0]) is None
+        if maskable or len(set(shapes)) <= 1:
             return [list(range(len(heads)))]
         groups = {}
-        for i, head in enumerate(heads):
-            groups.setdefault(getattr(head, "rank", None), []).append(i)
+        for i, shape in enumerate(shapes):
+            groups.setdefault(shape, []).append(i)
         return list(groups.values())
 
     @property

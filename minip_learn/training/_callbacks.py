@@ -76,7 +76,8 @@ class MemberLog(Callback):
 
     def on_batch_end(self, net, training=None, **kwargs):
         if training:
-            net.history.record_batch("member_loss", net.criterion_.member_losses_.tolist())
+            # a tensor until the net's next check (MinIPNet.sync_history)
+            net.history.record_batch("member_loss", net.criterion_.member_losses_)
 
 
 class StopWhenSolved(Callback):
@@ -84,11 +85,13 @@ class StopWhenSolved(Callback):
 
     During an epoch it tracks every member's largest error over the training batches
     (recorded in the history as ``member_max_error``, measured before each batch's
-    update; padding slots of sequences in multiset form are left out). A member whose
-    error falls below ``tolerance`` is checked with one forward pass over the whole
-    training set; if every position is within ``tolerance`` of its target the member
-    stops: its parameters and optimizer state
-    stay those of that epoch. Training ends when every member has stopped.
+    update; padding slots of sequences in multiset form are left out), on the device.
+    On the epochs the net checks (every one, or every ``check_every``-th of a
+    :class:`~minip_learn.training.MinIPNet`), a member whose error falls below
+    ``tolerance`` is checked with one forward pass over the whole training set; if
+    every position is within ``tolerance`` of its target the member stops: its
+    parameters and optimizer state stay those of that epoch. Training ends when every
+    member has stopped.
 
     Parameters
     ----------
@@ -138,10 +141,17 @@ class StopWhenSolved(Callback):
             self.max_errors_, err)
 
     def on_epoch_end(self, net, dataset_train=None, **kwargs):
-        errors = self.max_errors_.tolist()
-        net.history.record("member_max_error", errors)
+        net.history.record("member_max_error", self.max_errors_)
         active = self.active_
         self.n_epochs_[active.numpy()] += 1
+        check = getattr(net, "is_check_epoch", None)
+        if check is not None:
+            if not check():
+                return  # read with the next check (MinIPNet.sync_history)
+            net.sync_history()
+        errors = list.__getitem__(net.history, -1)["member_max_error"]
+        if torch.is_tensor(errors):
+            errors = errors.tolist()
         cand = active & (torch.tensor(errors, dtype=torch.float64) < self.tolerance)
         if not bool(cand.any()):
             return

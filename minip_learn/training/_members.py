@@ -55,7 +55,7 @@ _INIT_LOCK = threading.Lock()
 def build_net(module, *, criterion=torch.nn.MSELoss, optimizer=torch.optim.Adam, lr=0.01,
               weight_decay=0.0, max_epochs=100, batch_size=None, callbacks=None,
               dtype=torch.float32, device="cpu", verbose=0, seed=0, init_seed=None,
-              query="all", **module_params):
+              query="all", check_every=1, **module_params):
     """An initialised :class:`MinIPNet` around one head (what an estimator's ``net_`` is).
 
     Parameters
@@ -63,7 +63,7 @@ def build_net(module, *, criterion=torch.nn.MSELoss, optimizer=torch.optim.Adam,
     module : type or torch.nn.Module
         Class of the head (built from ``module_params``) or a head to use as is.
     criterion, optimizer, lr, weight_decay, max_epochs, batch_size, callbacks, dtype, \
-device, verbose
+device, verbose, check_every
         As in :func:`train_members`.
     seed : int, default=0
         Seed of the net's mini-batch shuffling.
@@ -85,7 +85,8 @@ device, verbose
         optimizer__weight_decay=weight_decay, lr=lr, max_epochs=max_epochs,
         batch_size=-1 if batch_size is None else batch_size, train_split=None,
         callbacks=callbacks, verbose=verbose, device=device, seed=seed, dtype=dtype,
-        query=query, **{f"module__{k}": v for k, v in module_params.items()})
+        query=query, check_every=check_every,
+        **{f"module__{k}": v for k, v in module_params.items()})
     if init_seed is None:
         return net.initialize()
     cuda = [torch.device(device)] if torch.device(device).type == "cuda" else []
@@ -139,6 +140,7 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
         seed=seed,
         dtype=first.dtype,
         query=first.query,
+        check_every=first.check_every,
         **optimizer_params,
     )
     trainer.initialize()
@@ -269,8 +271,9 @@ def train_members(module, members, X, y, *, counts=None, query="all",
                   criterion=torch.nn.MSELoss, error=absolute_error, n_init=1,
                   batched_restarts=True,
                   optimizer=torch.optim.Adam, lr=0.01, weight_decay=0.0, max_epochs=100,
-                  batch_size=None, stop_tolerance=None, split_every=None, callbacks=None,
-                  dtype=torch.float32, device="cpu", verbose=0, progress=False):
+                  batch_size=None, stop_tolerance=None, split_every=None, check_every=1,
+                  callbacks=None, dtype=torch.float32, device="cpu", verbose=0,
+                  progress=False):
     """Initialise, train, stop, split and restart heads as one member stack.
 
     Every member ``(module_params, random_state)`` draws ``n_init`` seeds from
@@ -335,6 +338,12 @@ def train_members(module, members, X, y, *, counts=None, query="all",
         ``max_epochs``.
     split_every : int or None, default=None
         Epochs between two passes of :class:`SplitSharedFeatures` (None: never).
+    check_every : int, default=1
+        Epochs between two reads of the training figures on the host
+        (:class:`MinIPNet`): the losses and max errors stay on the device in between,
+        and members stop (``stop_tolerance``) only on those epochs, so a member trains
+        up to ``check_every - 1`` epochs past the one that first solved. Every member
+        of a stack and its separate fit check on the same epochs.
     callbacks : list of skorch callbacks, default=None
         Extra callbacks; only for stacks of one member.
     dtype : torch.dtype, default=torch.float32
@@ -399,7 +408,7 @@ def train_members(module, members, X, y, *, counts=None, query="all",
     net_params = dict(
         criterion=criterion, optimizer=optimizer, weight_decay=weight_decay, lr=lr,
         max_epochs=max_epochs, batch_size=batch_size, callbacks=callbacks, dtype=dtype,
-        device=device, verbose=verbose, query=query)
+        device=device, verbose=verbose, query=query, check_every=check_every)
     fit = dict(criterion=criterion, error=error, stop_tolerance=stop_tolerance,
                split_every=split_every, callbacks=callbacks, progress=progress)
 

@@ -277,13 +277,23 @@ class MinIPNet(NeuralNet):
     query : {"all", "last"}, default="all"
         The outputs the module computes: every position, or (final-query targets) the
         last position only, ``module(x, last=True)``, at the cost of one query.
+    check_every : int, default=1
+        Epochs between two reads of the training figures on the host. The batch
+        losses and the callbacks' per-epoch figures are recorded in the history as
+        tensors on the device and turned into numbers (:meth:`sync_history`, one
+        transfer) on every ``check_every``-th epoch and at the end of training; the
+        callbacks that decide something (stopping, :class:`TrainLoss`) decide on those
+        epochs (:meth:`is_check_epoch`). On a GPU this keeps the device busy between
+        checks instead of waiting for the host every epoch; 1 reads every epoch.
     """
 
-    def __init__(self, *args, seed=0, dtype=torch.float32, query="all", **kwargs):
+    def __init__(self, *args, seed=0, dtype=torch.float32, query="all", check_every=1,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         self.seed = seed
         self.dtype = dtype
         self.query = query
+        self.check_every = check_every
 
     @property
     def _default_callbacks(self):
@@ -293,6 +303,53 @@ class MinIPNet(NeuralNet):
         super().initialize_history()
         if not isinstance(self.history_, MinIPHistory):
             self.history_ = MinIPHistory(self.history_)
+        self._synced = 0
+        return self
+
+    def is_check_epoch(self):
+        """Whether the epoch just run is one on which the training figures are read:
+        every ``check_every``-th epoch and the last of ``max_epochs``."""
+        n = len(self.history)
+        return n % self.check_every == 0 or n >= self.max_epochs
+
+    def sync_history(self):
+        """Turn every tensor recorded in the history since the last call into numbers
+        (a float for one element, else a list), with one transfer to the host."""
+        rows = [list.__getitem__(self.history, i)
+                for i in range(max(getattr(self, "_synced", 0) - 1, 0), len(self.history))]
+        slots = []
+        for row in rows:
+            for d in (row, *row.get("batches", ())):
+                slots.extend((d, k) for k, v in d.items() if torch.is_tensor(v))
+        self._synced = len(self.history)
+        if not slots:
+            return
+        values = [d[k] for d, k in slots]
+        flat = torch.cat([v.detach().reshape(-1).to(torch.float64) for v in values]).tolist()
+        start = 0
+        for (d, k), v in zip(slots, values):
+            n = v.numel()
+            d[k] = flat[start] if v.ndim == 0 else flat[start:start + n]
+            start += n
+
+    def run_single_epoch(self, iterator, training, prefix, step_fn, **fit_params):
+        """skorch's epoch, recording each batch's loss as a tensor (read on the host by
+        :meth:`sync_history`) rather than with a host sync per batch."""
+        if iterator is None:
+            return
+        batch_count = 0
+        for batch in iterator:
+            self.notify("on_batch_begin", batch=batch, training=training)
+            step = step_fn(batch, **fit_params)
+            self.history.record_batch(prefix + "_loss", step["loss"].detach())
+            self.history.record_batch(prefix + "_batch_size", len(input_tokens(batch[0])))
+            self.notify("on_batch_end", batch=batch, training=training, **step)
+            batch_count += 1
+        self.history.record(prefix + "_batch_count", batch_count)
+
+    def partial_fit(self, X, y=None, classes=None, **fit_params):
+        super().partial_fit(X, y, classes=classes, **fit_params)
+        self.sync_history()  # e.g. training interrupted between two checks
         return self
 
     def initialize_module(self):
@@ -345,29 +402,47 @@ class TrainLoss(Callback):
 
     The values of skorch's ``PassthroughScoring(name="train_loss", on_train=True)``
     (the batch losses averaged with the batch sizes as weights), read from the
-    epoch's batches directly.
+    epochs' batches directly: on the epochs a :class:`MinIPNet` checks
+    (``check_every``), for every epoch since the previous check, and at the end of
+    training.
     """
 
     def initialize(self):
         self.best_score_ = np.inf
+        self.done_ = 0
         return self
 
     def on_epoch_end(self, net, **kwargs):
-        # the epoch's row read as the list item it is: skorch's History indexing
-        # copies the whole history on every call (see MinIPHistory)
-        batches = list.__getitem__(net.history, -1)["batches"]
-        if not batches or "train_loss" not in batches[0]:
-            return
-        if len(batches) == 1:
-            loss = float(batches[0]["train_loss"])
-        else:
-            loss = float(np.average([b["train_loss"] for b in batches],
-                                    weights=[b["train_batch_size"] for b in batches]))
-        is_best = loss < self.best_score_
-        if is_best:
-            self.best_score_ = loss
-        net.history.record("train_loss", loss)
-        net.history.record("train_loss_best", bool(is_best))
+        check = getattr(net, "is_check_epoch", None)
+        if check is None or check():
+            self._score(net)
+
+    def on_train_end(self, net, **kwargs):
+        self._score(net)
+
+    def _score(self, net):
+        """Score every epoch not scored yet (those since the last check)."""
+        sync = getattr(net, "sync_history", None)
+        if sync is not None:
+            sync()
+        # the rows read as the list items they are: skorch's History indexing copies
+        # the whole history on every call (see MinIPHistory)
+        for i in range(self.done_, len(net.history)):
+            row = list.__getitem__(net.history, i)
+            batches = row["batches"]
+            if not batches or "train_loss" not in batches[0]:
+                continue
+            if len(batches) == 1:
+                loss = float(batches[0]["train_loss"])
+            else:
+                loss = float(np.average([b["train_loss"] for b in batches],
+                                        weights=[b["train_batch_size"] for b in batches]))
+            is_best = loss < self.best_score_
+            if is_best:
+                self.best_score_ = loss
+            row["train_loss"] = loss
+            row["train_loss_best"] = bool(is_best)
+        self.done_ = len(net.history)
 
 
 class _MemberMSE(torch.autograd.Function):

@@ -198,6 +198,43 @@ def test_fit_members_of_a_builtin_equals_separate_fits(name, data):
         np.testing.assert_allclose(member.predict(X), alone.predict(X), atol=1e-10)
 
 
+@pytest.mark.parametrize("name", available_mixers())
+def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data):
+    # every registered mixer: state sizes x seeds through fit_ensemble (one stack per
+    # state size, its seeds stacked), each member equal to its own fit, stopping per
+    # member and checked every 3 epochs
+    from minip_learn.model_selection import fit_ensemble
+
+    X, y = data
+    kwargs = {"feature_map": "table"} if get_mixer(name).theorem != "no" else None
+    est = SequenceMixerRegressor(name, mixer_kwargs=kwargs, dtype="float64", lr=0.05,
+                                 max_epochs=40, stop_tolerance=0.5, check_every=3)
+    res = fit_ensemble(est, X, y[:, -1], state_sizes=[2, 3], seeds=[0, 1])
+    assert res.params == [{"state_size": s, "random_state": r} for s in (2, 3) for r in (0, 1)]
+    for p, member in zip(res.params, res.estimators):
+        alone = clone(est).set_params(**p).fit(X, y[:, -1])
+        assert member.state_size == p["state_size"] and member.get_params() == alone.get_params()
+        np.testing.assert_allclose(member.predict(X), alone.predict(X), atol=1e-8)
+        assert member.n_epochs_ == alone.n_epochs_
+        assert member.n_epochs_ % 3 == 0 or member.n_epochs_ == 40
+        np.testing.assert_allclose(member.net_.history[:, "train_loss"],
+                                   alone.net_.history[:, "train_loss"], rtol=1e-8)
+
+
+def test_mixer_sweep_as_ensembles_equals_fits_one_by_one(data):
+    from minip_learn.model_selection import rank_sweep
+
+    X, y = data
+    est = SequenceMixerRegressor("deltanet", dtype="float64", max_epochs=30)
+    kw = dict(param_grid={"state_size": [2, 3]}, seeds=[0, 1], progress=False)
+    a = rank_sweep(est, X, y[:, -1], ensemble=True, **kw).results
+    b = rank_sweep(est, X, y[:, -1], **kw).results
+    assert a["ensemble"].all() and not b["ensemble"].any()
+    assert a["fit_id"].tolist() == b["fit_id"].tolist()
+    np.testing.assert_allclose(a["max_abs_error"], b["max_abs_error"], atol=1e-8)
+    assert a["n_epochs"].tolist() == b["n_epochs"].tolist()
+
+
 def test_fit_leaves_the_global_rng_alone(data):
     X, y = data
     torch.manual_seed(0)

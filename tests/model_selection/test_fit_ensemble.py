@@ -345,6 +345,44 @@ def test_stopped_member_is_frozen(data):
     assert member.train_max_error_ < 0.25
 
 
+@pytest.mark.parametrize("k", [4, 7])
+def test_check_every_k_epochs(k, data, monkeypatch):
+    # the figures stay on the device between checks: one read of the history per k
+    # epochs; members stop only on checked epochs, on the trajectory of the fits
+    # checked every epoch
+    from minip_learn.training import MinIPNet
+
+    X, y = data
+    est = KernelAttentionRegressor(rank=6, dtype="float64", max_epochs=150)
+    every = fit_ensemble(est, X, y, seeds=[0, 1, 2])
+    reads = []
+    sync = MinIPNet.sync_history
+    monkeypatch.setattr(MinIPNet, "sync_history",
+                        lambda self: (reads.append(len(self.history)), sync(self))[1])
+    res = fit_ensemble(clone(est).set_params(check_every=k), X, y, seeds=[0, 1, 2])
+    run = int(res.n_epochs.max())
+    assert (every.n_epochs < 150).sum() == (res.n_epochs < 150).sum() == 2
+    if k == 7:  # a check 7 epochs apart falls after some every-epoch stop
+        assert (res.n_epochs != every.n_epochs).any()
+    assert sorted(set(reads)) == sorted({n for n in range(k, run + 1, k)} | {run})
+    for e1, ek in zip(every.estimators, res.estimators):
+        n1, nk = e1.n_epochs_, ek.n_epochs_
+        # stopped at the first check at or after its every-epoch stop, unless it was
+        # no longer solved there
+        assert nk == 150 or nk % k == 0
+        assert nk >= n1 or n1 == 150
+        hist = ek.net_.history
+        assert len(hist) == nk and all(isinstance(v, float) for v in hist[:, "train_loss"])
+        assert all(isinstance(v, float) for v in hist[:, "train_max_error"])
+        # the common epochs are the same trajectory
+        m = min(n1, nk)
+        np.testing.assert_allclose(hist[:m, "train_loss"],
+                                   e1.net_.history[:m, "train_loss"], rtol=1e-10)
+        alone = clone(est).set_params(check_every=k, random_state=ek.random_state).fit(X, y)
+        assert alone.n_epochs_ == nk
+        np.testing.assert_allclose(alone.predict(X), ek.predict(X), atol=1e-8)
+
+
 def test_n_init_picks_what_restarts_pick(data):
     X, y = data
     est = KernelAttentionRegressor(rank=6, dtype="float64", max_epochs=100, n_init=3,
@@ -392,7 +430,9 @@ def test_rank_sweep_ensemble_keeps_certified_bound_check():
 
 # -- bad input ----------------------------------------------------------------------------
 @pytest.mark.parametrize("est, kwargs, match", [
-    (LinearRegression(), {}, "KernelAttentionRegressor or SoftmaxAttentionRegressor"),
+    (LinearRegression(), {}, "KernelAttentionRegressor, SoftmaxAttentionRegressor or "
+                             "SequenceMixerRegressor"),
+    (KernelAttentionRegressor(), {"state_sizes": [2]}, "has no state_size"),
     (SoftmaxAttentionRegressor(), {"ranks": [2]}, "has no rank"),
     (KernelAttentionRegressor(), {"ranks": []}, "ranks must be a non-empty"),
     (KernelAttentionRegressor(), {"ranks": [0]}, "rank"),
@@ -427,7 +467,7 @@ def test_params_replace_ranks_and_seeds(data):
         fit_ensemble(est, X, y, params=[{"lr": 0.1}])
     with pytest.raises(ValueError, match="non-empty"):
         fit_ensemble(est, X, y, params=[])
-    with pytest.raises(ValueError, match="has no rank"):
+    with pytest.raises(ValueError, match="may differ only in random_state; got .'rank'"):
         fit_ensemble(SoftmaxAttentionRegressor(), X, y, params=[{"rank": 2}])
 
 
