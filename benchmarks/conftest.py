@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import _bench  # noqa: E402  (benchmarks/ is on sys.path: pytest's rootdir-based import)
 
 SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify", "startup", "final_query",
-            "gpu")
+            "gpu", "stacks")
 
 
 def pytest_addoption(parser):
@@ -245,8 +245,19 @@ def markdown(res):
 
         out += _table(["workload", "CPU [s]", "GPU [s]", "GPU speed-up"],
                       [[r["workload"], secs(r["cpu"]), secs(r.get("cuda")),
-                        "-" if r.get("cuda") is None else f"{r['cpu'] / r['cuda']:.1f}x"]
+                        "-" if None in (r.get("cpu"), r.get("cuda"))
+                        else f"{r['cpu'] / r['cuda']:.1f}x"]
                        for r in res["gpu"]])
+        out.append("")
+    if res["stacks"]:
+        r0 = res["stacks"][0]
+        out += ["### (i) A mixer sweep as stacks beside its fits one by one", "",
+                f"{r0['n_fits']} fits per mixer (state sizes 4, 8, 16 x seeds 0, 1, 2), "
+                f"{r0['epochs']} epochs each, the quick recipe's family.", ""]
+        out += _table(
+            ["mixer", "stacked [s]", "one by one [s]", "speed-up"],
+            [[r["name"], f"{r['target_median']:.2f}", f"{r['baseline_median']:.2f}",
+              f"{1 / r['ratio']:.1f}x"] for r in res["stacks"]])
         out.append("")
     for s in res["skipped"]:
         out.append(f"Skipped: {s['test']}: {s['reason']}")

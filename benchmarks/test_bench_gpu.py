@@ -4,7 +4,8 @@ Three workloads, each timed on the CPU (every core: ``n_jobs`` = the machine's C
 count, one torch thread per fit) and, where a CUDA device is present, on ``cuda``:
 
 * the full witness recipe with stacked fits (``minip-learn reproduce witness
-  --ensemble``: 55 fits);
+  --ensemble``: 55 fits), and, on the GPU only, the same with the training figures
+  read on the host every 10 epochs instead of every epoch (``check_every=10``);
 * the mixers recipe's quick grid (``minip-learn reproduce mixers --quick``);
 * one final-query epoch (forward, loss, backward) of every built-in mixer at state 80
   on the whole exact m = 12 family (12,720 sequences of 53 tokens).
@@ -44,6 +45,11 @@ def _witness(**kwargs):
     return witness_experiment(quick=False, ensemble=True, **kwargs)
 
 
+def _witness_check_10(**kwargs):
+    return witness_experiment(quick=False, ensemble=True, kernel={"check_every": 10},
+                              **kwargs)
+
+
 def _mixers_quick(**kwargs):
     return mixers_experiment(quick=True, **kwargs)
 
@@ -68,11 +74,19 @@ def _epoch(name, X, y, device):
     return best
 
 
+RECIPES = {"witness --ensemble": _witness,
+           "witness --ensemble, check_every=10": _witness_check_10,
+           "mixers --quick": _mixers_quick}
+
+
 @pytest.mark.benchmark(group="h-gpu")
-@pytest.mark.parametrize("workload", ["witness --ensemble", "mixers --quick"])
+@pytest.mark.parametrize("workload", list(RECIPES))
 def test_recipe_cpu_and_gpu(benchmark, bench_record, workload, tmp_path):
-    run = _witness if workload.startswith("witness") else _mixers_quick
-    times = {device: _recipe(run, device, tmp_path) for device in DEVICES}
+    run = RECIPES[workload]
+    # reading on the host every epoch or every 10th costs the same on the CPU: the
+    # check_every variant runs on the GPU only
+    devices = [d for d in DEVICES if d != "cpu"] if "check_every" in workload else DEVICES
+    times = {"cpu": None, **{device: _recipe(run, device, tmp_path) for device in devices}}
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     bench_record("gpu", {"workload": f"minip-learn reproduce {workload}", **times,
                          "cuda_name": torch.cuda.get_device_name() if "cuda" in times
