@@ -202,13 +202,14 @@ def test_fit_members_of_a_builtin_equals_separate_fits(name, data):
 def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data):
     # every registered mixer: state sizes x seeds through fit_ensemble (one stack per
     # state size, its seeds stacked), each member equal to its own fit, stopping per
-    # member and checked every 3 epochs
+    # member and checked every 3 epochs, splitting shared features every 10
     from minip_learn.model_selection import fit_ensemble
 
     X, y = data
     kwargs = {"feature_map": "table"} if get_mixer(name).theorem != "no" else None
     est = SequenceMixerRegressor(name, mixer_kwargs=kwargs, dtype="float64", lr=0.05,
-                                 max_epochs=40, stop_tolerance=0.5, check_every=3)
+                                 max_epochs=40, stop_tolerance=0.5, check_every=3,
+                                 split_every=10)  # feature splitting: the kernel mixers
     res = fit_ensemble(est, X, y[:, -1], state_sizes=[2, 3], seeds=[0, 1])
     assert res.params == [{"state_size": s, "random_state": r} for s in (2, 3) for r in (0, 1)]
     for p, member in zip(res.params, res.estimators):
