@@ -411,7 +411,8 @@ def _minutes(minutes):
 
 
 def _grid(artifact):
-    return f"{artifact['experiment']} {'--quick' if artifact['quick'] else '(full grid)'}"
+    grid = f"{artifact['experiment']} {'--quick' if artifact['quick'] else '(full grid)'}"
+    return grid + (" --ensemble" if artifact.get("ensemble") else "")
 
 
 def _docs_artifacts(args):
@@ -457,6 +458,7 @@ def _docs_artifacts(args):
         with recorded_command(args.command_line):
             res = run_experiment(art["experiment"], quick=art["quick"], out=where,
                                  n_jobs=args.n_jobs, devices=args.devices,
+                                 ensemble=art.get("ensemble", False),
                                  progress=_progress(args))
         _print_result(name, res, where)
         ok &= all(res.checks.values())
