@@ -17,11 +17,18 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from ..ops.masks import decayed_scores
 from ._base import Mixer, TokenMaps, register_mixer
 
-__all__ = ["MambaMixer", "SelectiveMaps"]
+__all__ = ["MambaMixer", "SelectiveMaps", "selective_readouts"]
+
+
+#: floats of one block of decays ``exp(A S)`` in :func:`selective_readouts` (4 MiB in
+#: float32): enough rows to spread the cost of each operation, few enough that a block
+#: stays in the cache the cores share
+SCAN_BLOCK_FLOATS = 2**20
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,9 @@ class MambaMixer(Mixer):
     :meth:`step` the recurrent form. Like Mamba, :meth:`forward` (training and
     prediction) runs the selective scan, ``forward_form = "recurrent"``: its ``(d, r)``
     state is cheaper than the ``(d, N, N, r)`` scores of the parallel form once ``N r``
-    exceeds a few hundred. The two forms are tested equal. State ``d r`` floats.
+    exceeds a few hundred. The two forms are tested equal. The final-query form
+    :meth:`attend_last` reads the last state out in closed form
+    (:func:`selective_readouts`). State ``d r`` floats.
 
     Parameters
     ----------
@@ -124,13 +133,22 @@ class MambaMixer(Mixer):
         return u.transpose(-2, -1)
 
     def attend_last(self, x):
-        """``u_N = C_N^T h_N + D v_N``: the scan of :meth:`step` carries the state ``h``
-        over the tokens (their maps computed at once) and is read out once."""
+        """``u_N = C_N^T h_N + D v_N`` in closed form (:func:`selective_readouts`):
+        ``C_N^T h_N[c] = sum_t Delta_t[c] v_t[c] sum_n C_N[n] B_t[n]
+        exp(A[c, n] S_t[c])`` with the step sums ``S_t = Delta_{t+1} + ... +
+        Delta_N``: the state of :meth:`step` after the last token, unrolled. Its
+        backward recomputes the decays block by block rather than keep a state per
+        token."""
         m = self.token_maps(x)
-        h = self.initial_state(x.shape[0], dtype=x.dtype, device=x.device)[0]
-        for t in range(x.shape[-2]):
-            h = self._advance(h, m.delta[:, t], m.v[:, t], m.B[:, t], m.A)
-        return (h * m.C[:, -1, None, :]).sum(-1) + self.D * m.v[:, -1]
+        delta = m.delta
+        after = delta.flip(-2).cumsum(-2).flip(-2)  # Delta_t + ... + Delta_N
+        steps = torch.cat([after[..., 1:, :], torch.zeros_like(after[..., :1, :])], -2)
+        keys = m.B * m.C[..., -1:, :]  # C_N[n] B_t[n]
+        sums = selective_readouts(steps.reshape(-1, steps.shape[-1]),
+                                  keys.reshape(-1, keys.shape[-1]), m.A,
+                                  rows=max(1, SCAN_BLOCK_FLOATS // m.A.numel()))
+        sums = sums.view(steps.shape)
+        return (delta * m.v * sums).sum(-2) + self.D * m.v[..., -1, :]
 
     @staticmethod
     def _advance(h, delta, v, B, A):
@@ -150,3 +168,124 @@ class MambaMixer(Mixer):
     def state_floats(self, seq_len=None):
         """``d r``: one state of dimension ``r`` per channel."""
         return self.value_dim * self.state_size
+
+
+def _decays(steps, A2, floor, out):
+    """``exp(A[c, n] S[i, c]) = 2 ** (S[i, c] A2[c, n])`` written into ``out`` (...,
+    rows, d, r), for step sums ``S`` (..., rows, d) and ``A2 = A log2 e`` (..., d, r).
+    The exponent is held at or above ``floor``, the exponent of the dtype's smallest
+    normal number (below it the vectorised ``exp2`` slows down several times): a decay
+    below that number is read as that number."""
+    torch.mul(steps[..., None], A2[..., None, :, :], out=out)
+    return out.clamp_(min=floor).exp2_()
+
+
+class _SelectiveReadouts(torch.autograd.Function):
+    """The forward and hand-written backward of :func:`selective_readouts` over blocks
+    of ``rows`` rows in one reused work buffer: only the inputs are kept, and the
+    backward recomputes each block's decays."""
+
+    @staticmethod
+    def forward(steps, keys, A, rows):
+        floor = math.log2(torch.finfo(steps.dtype).tiny)
+        A2 = A * math.log2(math.e)
+        n_rows = steps.shape[-2]
+        out = steps.new_empty(steps.shape)
+        work = steps.new_empty(steps.shape[:-2] + (min(rows, n_rows),) + A.shape[-2:])
+        for start in range(0, n_rows, rows):
+            n = min(rows, n_rows - start)
+            e = _decays(steps.narrow(-2, start, n), A2, floor, work.narrow(-3, 0, n))
+            e.mul_(keys.narrow(-2, start, n)[..., None, :])
+            torch.sum(e, -1, out=out.narrow(-2, start, n))
+        return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        steps, keys, A, rows = inputs
+        ctx.save_for_backward(steps, keys, A)
+        ctx.rows = rows
+
+    @staticmethod
+    def vmap(info, in_dims, steps, keys, A, rows):
+        # the vmapped dimension is one more leading dimension of every input (and the
+        # blocks have fewer rows, for the same work buffer)
+        steps, keys, A = (t.movedim(d, 0) if d is not None
+                          else t.expand(info.batch_size, *t.shape)
+                          for t, d in zip((steps, keys, A), in_dims[:3]))
+        rows = max(1, rows // info.batch_size)
+        return _SelectiveReadouts.apply(steps, keys, A, rows), 0
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        steps, keys, A = ctx.saved_tensors
+        need_steps, need_keys, need_A = ctx.needs_input_grad[:3]
+        rows, n_rows = ctx.rows, steps.shape[-2]
+        floor = math.log2(torch.finfo(steps.dtype).tiny)
+        A2 = A * math.log2(math.e)
+        d_steps = torch.empty_like(steps) if need_steps else None
+        d_keys = torch.empty_like(keys) if need_keys else None
+        d_A = torch.zeros_like(A) if need_A else None
+        shape = steps.shape[:-2] + (min(rows, n_rows),) + A.shape[-2:]
+        work = steps.new_empty(shape)
+        scratch = steps.new_empty(shape) if need_steps else None
+        for start in range(0, n_rows, rows):
+            n = min(rows, n_rows - start)
+            s, g = steps.narrow(-2, start, n), grad.narrow(-2, start, n)
+            e = _decays(s, A2, floor, work.narrow(-3, 0, n))
+            if need_keys:  # sum_c g[c] e[c, n]
+                d_keys.narrow(-2, start, n).copy_((g[..., None, :] @ e).squeeze(-2))
+            if not (need_steps or need_A):
+                continue
+            e.mul_(keys.narrow(-2, start, n)[..., None, :])  # the terms of G[c]
+            if need_steps:  # g[c] sum_n A[c, n] e[c, n] k[n]
+                t = torch.mul(e, A[..., None, :, :], out=scratch.narrow(-3, 0, n))
+                torch.sum(t, -1, out=d_steps.narrow(-2, start, n)).mul_(g)
+            if need_A:  # the sum over the rows of g[c] S[c] e[c, n] k[n]
+                d_A += e.mul_((g * s)[..., None]).sum(-3)
+        return d_steps, d_keys, d_A, None
+
+
+def selective_readouts(steps, keys, A, *, rows=1024):
+    """``G[i, c] = sum_n keys[i, n] exp(A[c, n] steps[i, c])``: the read-out decayed
+    writes of a diagonal selective SSM, one row ``i`` per (sequence, token) pair.
+
+    With ``steps`` the sums ``S_t = Delta_{t+1} + ... + Delta_N`` of the steps after
+    token ``t`` and ``keys`` the products ``C_N B_t``, ``sum_t Delta_t v_t G_t`` is
+    ``C_N^T h_N``, the read-out state of :class:`MambaMixer` after the last token. The
+    work runs over blocks of ``rows`` rows in one work buffer of ``(rows, d, r)``
+    floats, and the autograd keeps only the inputs (the backward recomputes each
+    block's decays). A decay is computed as ``2 ** (S A log2 e)``, held at or above the
+    dtype's smallest normal number. Under :func:`torch.func.vmap` the vmapped
+    dimension becomes one more leading dimension.
+
+    Parameters
+    ----------
+    steps : Tensor of shape (..., n_rows, d)
+        The step sums ``S`` (nonnegative: decays at most 1).
+    keys : Tensor of shape (..., n_rows, r)
+        The products ``C_N B_t``.
+    A : Tensor of shape (..., d, r)
+        The diagonal of the state matrix (negative), with the leading dimensions of
+        ``steps`` and ``keys``.
+    rows : int, default=1024
+        Rows per block (at least 1).
+
+    Returns
+    -------
+    Tensor of shape (..., n_rows, d)
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn.mixers.mamba import selective_readouts
+    >>> steps = torch.rand(5, 2, dtype=torch.float64)
+    >>> keys = torch.randn(5, 3, dtype=torch.float64)
+    >>> A = -torch.rand(2, 3, dtype=torch.float64)
+    >>> ref = (keys[:, None, :] * torch.exp(A * steps[:, :, None])).sum(-1)
+    >>> torch.allclose(selective_readouts(steps, keys, A, rows=2), ref)
+    True
+    """
+    if int(rows) < 1:
+        raise ValueError(f"rows must be at least 1; got {rows!r}.")
+    return _SelectiveReadouts.apply(steps, keys, A, int(rows))
