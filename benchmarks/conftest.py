@@ -129,6 +129,11 @@ def _table(header, rows):
     return lines
 
 
+def _section(title, intro, header, rows):
+    """A titled section of the summary: its title, a sentence and its table."""
+    return [f"### {title}", "", intro, "", *_table(header, rows), ""]
+
+
 def markdown(res):
     """The summary tables of a results dict, as markdown lines."""
     out = []
@@ -225,16 +230,15 @@ def markdown(res):
         out.append("")
     if res["final_query"]:
         r0 = res["final_query"][0]
-        out += ["### (g) One final-query epoch per mixer at state 80 (exact m = 12 family)", "",
-                f"Both forms on the first {r0['n_ratio']:,} sequences; the last-position form "
-                f"also on all {r0['n_sequences']:,} sequences of {r0['seq_len']} tokens.", ""]
-        out += _table(
+        out += _section(
+            "(g) One final-query epoch per mixer at state 80 (exact m = 12 family)",
+            f"Both forms on the first {r0['n_ratio']:,} sequences; the last-position form "
+            f"also on all {r0['n_sequences']:,} sequences of {r0['seq_len']} tokens.",
             ["mixer", "last position [s]", "every position [s]", "speed-up",
              "whole family, last position [s]", "target"],
             [[r["name"], f"{r['target_median']:.3f}", f"{r['baseline_median']:.3f}",
               f"{1 / r['ratio']:.1f}x", f"{r['whole_last']:.2f}", "<= 2 s"]
              for r in res["final_query"]])
-        out.append("")
     if res["gpu"]:
         cuda = next((r["cuda_name"] for r in res["gpu"] if r.get("cuda_name")), None)
         out += ["### (h) The GPU beside the machine's CPU cores", "",
@@ -251,14 +255,13 @@ def markdown(res):
         out.append("")
     if res["stacks"]:
         r0 = res["stacks"][0]
-        out += ["### (i) A mixer sweep as stacks beside its fits one by one", "",
-                f"{r0['n_fits']} fits per mixer (state sizes 4, 8, 16 x seeds 0, 1, 2), "
-                f"{r0['epochs']} epochs each, the quick recipe's family.", ""]
-        out += _table(
+        out += _section(
+            "(i) A mixer sweep as stacks beside its fits one by one",
+            f"{r0['n_fits']} fits per mixer (state sizes 4, 8, 16 x seeds 0, 1, 2), "
+            f"{r0['epochs']} epochs each, the quick recipe's family.",
             ["mixer", "stacked [s]", "one by one [s]", "speed-up"],
             [[r["name"], f"{r['target_median']:.2f}", f"{r['baseline_median']:.2f}",
               f"{1 / r['ratio']:.1f}x"] for r in res["stacks"]])
-        out.append("")
     for s in res["skipped"]:
         out.append(f"Skipped: {s['test']}: {s['reason']}")
     return out
