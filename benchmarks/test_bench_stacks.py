@@ -4,9 +4,9 @@ Every registered mixer on the quick recipe's family (the m = 24 witness bound in
 final-query form: 190 sequences of 3 tokens), state sizes 4, 8 and 16, seeds 0, 1 and
 2 (nine fits), ``max_epochs=E`` without stopping. Baseline: nine ``fit`` calls;
 target: one ``fit_ensemble(estimator, X, y, state_sizes=[4, 8, 16], seeds=[0, 1,
-2])``, which trains one stack per state size with its three seeds stacked. Both sides
-alternate round by round; ratio = stacked / one by one (below 1: the stacks are
-faster).
+2])``, which trains the nine as one stack, each member padded to state 16 (the
+mixers' ``state_padding``). Both sides alternate round by round; ratio = stacked / one
+by one (below 1: the stack is faster).
 """
 
 import time

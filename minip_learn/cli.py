@@ -167,6 +167,11 @@ def build_parser():
                      help="override the kernel seeds, e.g. 0,1,2")
     rep.add_argument("--max-epochs", type=lambda t: _int(t, 1, "a positive integer"),
                      default=None, help="override max_epochs of every fit")
+    rep.add_argument("--check-every", type=lambda t: _int(t, 1, "a positive integer"),
+                     default=None, metavar="K",
+                     help="read the training figures on the host every K epochs, where "
+                          "fits stop (default 1; on a GPU, 10 spares a device sync an "
+                          "epoch)")
     rep.add_argument("--no-progress", action="store_true",
                      help="no progress bars (none either when standard error is not a "
                           "terminal)")
@@ -341,14 +346,16 @@ def _run(args, name):
         kwargs.pop("ranks")
     if name == "mixers":  # the mixers' ranks are their state sizes
         kwargs["state_sizes"] = kwargs.pop("ranks")
-    if args.max_epochs is not None:
-        kwargs["kernel"] = {"max_epochs": args.max_epochs}
+    fits = {k: v for k, v in (("max_epochs", args.max_epochs),
+                              ("check_every", args.check_every)) if v is not None}
+    if fits:  # every fit of the recipe
+        kwargs["kernel"] = dict(fits)
         if name in ("witness", "ood", "scaling"):
-            kwargs["softmax"] = {"max_epochs": args.max_epochs}
+            kwargs["softmax"] = dict(fits)
         if name == "mixers":
             kwargs["mixer"] = kwargs.pop("kernel")
         if name == "maps":
-            kwargs["ood_kernel"] = {"max_epochs": args.max_epochs}
+            kwargs["ood_kernel"] = dict(fits)
         if name == "beyond":
             kwargs["base"] = kwargs.pop("kernel")
     return run_experiment(name, **kwargs)
@@ -421,6 +428,7 @@ def _docs_artifacts(args):
 
     for option, given in (("--quick", args.quick), ("--ranks", args.ranks),
                           ("--seeds", args.seeds), ("--max-epochs", args.max_epochs),
+                          ("--check-every", args.check_every),
                           ("--ensemble", args.ensemble)):
         if given:
             raise ValueError(f"{option} does not apply to docs-artifacts: each artifact "

@@ -99,6 +99,7 @@ def test_python_dash_m_help(capsys):
     ("--ranks", "0,-3"), ("--ranks", "a,b"), ("--ranks", ","), ("--n-jobs", "0"),
     ("--n-jobs", "two"), ("--seeds", "x"), ("--seeds", "-1"), ("--max-epochs", "-5"),
     ("--max-epochs", "0"), ("--devices", "tpu"), ("--devices", "cuda:x"),
+    ("--check-every", "0"), ("--check-every", "2.5"),
 ])
 def test_bad_values_are_refused_by_the_parser(option, value, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -244,15 +245,17 @@ def test_provenance_records_the_command_line(tiny_settings, tmp_path, capsys):
     import json
 
     argv = ["reproduce", "length", "--quick", "--out", str(tmp_path), "--n-jobs", "1",
-            "--max-epochs", "3", "--no-progress"]
+            "--max-epochs", "3", "--check-every", "2", "--no-progress"]
     main(argv)
     path = tmp_path / "length" / "provenance.json"
     assert str(path) in capsys.readouterr().out
     prov = json.loads(path.read_text())
     assert prov["command"] == (f"minip-learn reproduce length --quick --out {tmp_path} "
-                               "--n-jobs 1 --max-epochs 3 --no-progress")
+                               "--n-jobs 1 --max-epochs 3 --check-every 2 --no-progress")
     assert prov["recipe"] == "length" and prov["grid"] == "quick" and prov["complete"]
-    assert prov["settings"]["ranks"] == [1, 2] and prov["settings"]["kernel"]["max_epochs"] == 3
+    assert prov["settings"]["ranks"] == [1, 2]
+    assert prov["settings"]["kernel"]["max_epochs"] == 3
+    assert prov["settings"]["kernel"]["check_every"] == 2
     assert prov["options"]["n_jobs"] == 1
 
 

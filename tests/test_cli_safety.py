@@ -218,7 +218,7 @@ _TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)
 
 @settings(max_examples=80, deadline=None)
 @given(option=st.sampled_from(["--n-jobs", "--devices", "--ranks", "--seeds",
-                               "--max-epochs", "--out", "--only"]),
+                               "--max-epochs", "--check-every", "--out", "--only"]),
        value=_TEXT)
 def test_fuzz_option_values_parse_or_exit_2(option, value):
     try:

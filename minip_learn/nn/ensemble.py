@@ -8,6 +8,11 @@ per-member ``feature_mask`` (see :meth:`KernelAttentionHead.features
 features, so a member computes exactly what its own rank-``r`` head computes and its
 padded parameters receive zero gradients.
 
+Sequence mixers stack the same way at different state sizes, as their class declares
+(``state_padding``): ``"mask"`` (a ``feature_mask``, as above) or ``"zeros"`` (zero
+padding alone computes what the member computes alone and leaves the padding a zero
+gradient, e.g. a key dimension whose padded keys and queries are zero).
+
 Buffers that are equal in every member (e.g. the vocabulary of the ``table`` map) are
 kept unbatched and shared; buffers that differ (e.g. the random directions of
 ``favor+``) are stacked like the parameters.
@@ -113,9 +118,37 @@ def _fused_roles(template):
     return roles
 
 
+def _size(module):
+    """The size in which the members of one stack may differ: a head's ``rank``, a
+    mixer's ``state_size``; None for a module with neither."""
+    for name in ("rank", "state_size"):
+        size = getattr(module, name, None)
+        if size is not None:
+            return int(size)
+    return None
+
+
+def _padding(module):
+    """How modules like ``module`` share a stack at different sizes: their class's
+    ``state_padding`` declaration (``"mask"`` or ``"zeros"``), else ``"mask"`` when they
+    have a ``feature_mask`` (kernel heads), else None."""
+    declared = getattr(type(module), "state_padding", None)
+    if declared is not None:
+        return declared
+    return "mask" if hasattr(module, "feature_mask") else None
+
+
 def _rank_mask_obstacle(head):
-    """Why heads like ``head`` cannot share one stack at different ranks (a sentence), or
-    None when rank masking applies to them (every feature map is ``rank_maskable``)."""
+    """Why modules like ``head`` cannot share one stack at different sizes (a sentence),
+    or None when padding applies to them: zero padding where their class declares it
+    exact, else rank masking with every feature map ``rank_maskable``."""
+    padding = _padding(head)
+    if padding is None or _size(head) is None:
+        return (f"{type(head).__name__} modules cannot be stacked at different sizes: "
+                "the class declares no state_padding and has no feature_mask; stack one "
+                "size at a time")
+    if padding == "zeros":
+        return None
     for role in ("query_features", "key_features"):
         fm = getattr(head, role, None)
         if fm is not None and not getattr(fm, "rank_maskable", True):
@@ -184,11 +217,13 @@ class HeadEnsemble(nn.Module):
     ----------
     heads : list of torch.nn.Module
         The members, all of the same class and architecture except possibly their
-        ``rank`` (kernel heads). Their current parameters and buffers are copied.
+        ``rank`` (kernel heads) or ``state_size`` (mixers whose class declares a
+        ``state_padding``). Their current parameters and buffers are copied.
     template : torch.nn.Module, default=None
         A head with the largest shapes (e.g. the kernel head of the largest rank); its
         own parameter values are not used. None uses the first head of the largest
-        ``rank`` (or the first head). A stack of one member uses a copy of its head.
+        ``rank`` or ``state_size`` (or the first head). A stack of one member uses a copy
+        of its head.
 
     Attributes
     ----------
@@ -202,7 +237,7 @@ class HeadEnsemble(nn.Module):
         its head's copy as a submodule, and these are that head's own parameters, at
         their own shapes.
     ranks : list of int or None
-        Rank of each member (kernel heads), else None.
+        Rank (kernel heads) or state size (mixers) of each member, else None.
     path : {"fused-pairs", "fused-positions", "generic", "single"}
         The path of the last forward (before the first one: ``"single"`` for one
         member, else ``"fused-positions"`` when the fused path is available, else
@@ -234,8 +269,8 @@ class HeadEnsemble(nn.Module):
     def __init__(self, heads, template=None):
         super().__init__()
         heads = self._check_heads(heads)
-        ranks = [getattr(h, "rank", None) for h in heads]
-        self.ranks = None if any(r is None for r in ranks) else [int(r) for r in ranks]
+        ranks = [_size(h) for h in heads]
+        self.ranks = None if any(r is None for r in ranks) else ranks
         self.n_members = len(heads)
         # one member: the stack's head is a copy of its head and trains in place;
         # several: the template only lends its forward and shapes
@@ -250,6 +285,7 @@ class HeadEnsemble(nn.Module):
             if sorted(shapes) != sorted(self.names):
                 raise ValueError(f"head {i} does not have the parameters of the template.")
         self._shared_names, self._stacked_names = [], []
+        self._mask_name = "feature_mask"  # where the template holds it (_rank_mask)
         if self._stacked:
             self._stack_members(heads, template)
         else:
@@ -299,7 +335,7 @@ class HeadEnsemble(nn.Module):
                 stacked[n] = torch.stack([_pad_to(v, b.shape) for v in vals])
         mask = self._rank_mask(heads, template)
         if mask is not None:
-            stacked["feature_mask"] = mask
+            stacked[self._mask_name] = mask
         self._shared_names = list(shared)
         self._stacked_names = list(stacked)
         for i, n in enumerate(self._shared_names):
@@ -308,31 +344,36 @@ class HeadEnsemble(nn.Module):
             self.register_buffer(f"stacked_{i}", stacked[n])
 
     def _rank_mask(self, heads, template):
-        """The stacked ``feature_mask`` of members of different ranks (the template gets
-        a mask of ones), or None when the ranks agree.
+        """The stacked ``feature_mask`` of members of different sizes that rank masking
+        stacks (the template gets a mask of ones), or None when the sizes agree or zero
+        padding is exact for them. Records the mask's buffer name.
 
         Raises
         ------
         ValueError
-            For members of different shapes that rank masking cannot stack.
+            For members of different shapes that padding cannot stack.
         """
         shapes = {n: p.shape for n, p in template.named_parameters()}
         padded = any(shapes.get(n) != p.shape for h in heads for n, p in h.named_parameters())
-        if padded and not (self.ranks is not None and hasattr(template, "feature_mask")):
+        if padded and (self.ranks is None or _padding(template) is None):
             raise ValueError(
-                "heads of different shapes can be stacked only when they are single "
-                "kernel heads that differ in rank (rank masking).")
+                "heads of different shapes can be stacked only when they differ in rank "
+                "(kernel heads, rank masking) or in state size (mixers whose class "
+                "declares a state_padding).")
         if self.ranks is None or len(set(self.ranks)) == 1:
             return None
         obstacle = _rank_mask_obstacle(template)
         if obstacle is not None:
             raise ValueError(obstacle + ".")
-        r_max = int(template.rank)
+        if _padding(template) == "zeros":
+            return None
+        r_max = max(self.ranks)
         first = self.stack[0]
         mask = torch.zeros(self.n_members, r_max, dtype=first.dtype, device=first.device)
         for i, r in enumerate(self.ranks):
             mask[i, :r] = 1
-        template.feature_mask = torch.ones(r_max, dtype=mask.dtype, device=mask.device)
+        template.feature_mask = ones = torch.ones(r_max, dtype=mask.dtype, device=mask.device)
+        self._mask_name = next(n for n, b in template.named_buffers() if b is ones)
         return mask
 
     def _choose_path(self, template):
@@ -346,17 +387,23 @@ class HeadEnsemble(nn.Module):
             self.path, self.path_reason = "single", self._single_reason()
 
     @staticmethod
-    def stack_groups(heads):
+    def stack_groups(heads, *, max_padding=None):
         """Which heads can share one stack: all of them when their parameters have the
-        same shapes or rank masking applies (kernel heads of different ranks whose
-        feature maps are ``rank_maskable``), else one stack per shape (e.g. one per
-        rank where a feature map declares that heads of different ranks cannot share
-        a stack, one per state size for sequence mixers).
+        same shapes or padding applies (kernel heads of different ranks whose feature
+        maps are ``rank_maskable``; mixers of different state sizes whose class declares
+        a ``state_padding``), else one stack per shape (e.g. one per rank where a
+        feature map declares that heads of different ranks cannot share a stack).
 
         Parameters
         ----------
         heads : list of torch.nn.Module
             Heads of one class and architecture (up to their shapes).
+        max_padding : int or None, default=None
+            The most padding one stack may add, in size units summed over its members
+            (three members of state 2 in a stack of state 5 add 9), for heads that run
+            the generic path (whose padded arithmetic costs what it pads); None: no
+            limit. The largest heads come first and a stack takes the next one while
+            the padding allows. The fused path (per distinct token) is never limited.
 
         Returns
         -------
@@ -366,24 +413,39 @@ class HeadEnsemble(nn.Module):
 
         Examples
         --------
-        >>> from minip_learn.nn import HeadEnsemble, KernelAttentionHead
+        >>> from minip_learn.nn import HeadEnsemble, KernelAttentionHead, make_mixer
         >>> HeadEnsemble.stack_groups([KernelAttentionHead(4, r) for r in (2, 3, 2)])
         [[0, 1, 2]]
         >>> HeadEnsemble.stack_groups([KernelAttentionHead(4, r, feature_map="hedgehog")
         ...                            for r in (4, 6, 4)])
         [[0, 2], [1]]
+        >>> mixers = [make_mixer("mamba", 4, r) for r in (8, 2, 7, 8)]
+        >>> HeadEnsemble.stack_groups(mixers), HeadEnsemble.stack_groups(mixers, max_padding=1)
+        ([[0, 1, 2, 3]], [[0, 2, 3], [1]])
         """
         heads = list(heads)
         shapes = [tuple((n, tuple(p.shape)) for n, p in h.named_parameters())
                   for h in heads]
-        maskable = bool(heads) and all(getattr(h, "rank", None) is not None and hasattr(
-            h, "feature_mask") for h in heads) and _rank_mask_obstacle(heads[0]) is None
-        if maskable or len(set(shapes)) <= 1:
+        if not heads or len(set(shapes)) <= 1:
             return [list(range(len(heads)))]
-        groups = {}
-        for i, shape in enumerate(shapes):
-            groups.setdefault(shape, []).append(i)
-        return list(groups.values())
+        if _rank_mask_obstacle(heads[0]) is not None:
+            groups = {}
+            for i, shape in enumerate(shapes):
+                groups.setdefault(shape, []).append(i)
+            return list(groups.values())
+        if max_padding is None or _fused_obstacle(heads[0]) is None:
+            return [list(range(len(heads)))]
+        sizes = [_size(h) for h in heads]
+        groups, padding = [], 0
+        for i in sorted(range(len(heads)), key=lambda i: (-sizes[i], i)):
+            add = sizes[groups[-1][0]] - sizes[i] if groups else None
+            if add is None or padding + add > max_padding:
+                groups.append([i])
+                padding = 0
+            else:
+                groups[-1].append(i)
+                padding += add
+        return sorted(sorted(g) for g in groups)
 
     @property
     def template(self):
@@ -414,6 +476,12 @@ class HeadEnsemble(nn.Module):
         """The stacked buffer ``name`` (one row per member, e.g. ``feature_mask`` when
         the ranks differ), or None when every member shares it or it does not exist."""
         return self._buffer_dicts()[1].get(name)
+
+    @property
+    def rank_mask(self):
+        """The members' rank mask, shape (E, r) (1 = feature in use), when members of
+        different sizes share the stack through a ``feature_mask``; else None."""
+        return self.stacked_buffer(self._mask_name)
 
     def token_tables(self):
         """The stacked query and key log-feature tables, or None when the heads have none.
@@ -619,7 +687,7 @@ class HeadEnsemble(nn.Module):
         """The rank mask as (E or 1, 1, 1, r), or None."""
         if self._stacked:
             shared, stacked = self._buffer_dicts()
-            mask = stacked.get("feature_mask", shared.get("feature_mask"))
+            mask = stacked.get(self._mask_name, shared.get(self._mask_name))
         else:
             mask = self.template.feature_mask
         return None if mask is None else mask.reshape(-1, 1, 1, mask.shape[-1])

@@ -210,7 +210,7 @@ class SplitSharedFeatures(Callback):
         if tables is None:
             return
         self.tables_ = tables
-        self.mask_ = ens.stacked_buffer("feature_mask")
+        self.mask_ = ens.rank_mask
         qf = ens.template.query_features
         with torch.no_grad():
             index = qf.token_index(torch.as_tensor(input_tokens(X)).to(qf.vocabulary.device))

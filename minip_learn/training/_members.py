@@ -246,10 +246,24 @@ def _member_histories(rows, E, n_epochs):
     return out
 
 
-def _stack_groups(keys, nets):
-    """The members trained as one stack: all of them, or one stack per rank
-    (:meth:`HeadEnsemble.stack_groups <minip_learn.nn.HeadEnsemble.stack_groups>`)."""
-    groups = HeadEnsemble.stack_groups([nets[key].module_ for key in keys])
+#: On the CPU, the most padding a stack of members of several sizes may add, in tokens
+#: of the training input times state dimensions: what a stack step's overhead costs in
+#: arithmetic on two cores (measured: about 2 ms a step, 2e-8 s a token and state
+#: dimension). Beyond it the members train as several stacks; on a GPU as one.
+CPU_PADDING_TOKENS = 2**16
+
+
+def _stack_groups(keys, nets, X):
+    """The members trained as one stack: all of them, or several where their shapes
+    cannot share one or, on the CPU, where padding them to one would cost more than
+    :data:`CPU_PADDING_TOKENS` (:meth:`HeadEnsemble.stack_groups
+    <minip_learn.nn.HeadEnsemble.stack_groups>`)."""
+    modules = [nets[key].module_ for key in keys]
+    budget = None
+    if torch.device(nets[keys[0]].device).type == "cpu":
+        tokens = input_tokens(X)
+        budget = CPU_PADDING_TOKENS // max(1, math.prod(tokens.shape[:-1]))
+    groups = HeadEnsemble.stack_groups(modules, max_padding=budget)
     return [[keys[j] for j in group] for group in groups]
 
 
@@ -420,7 +434,7 @@ def train_members(module, members, X, y, *, counts=None, query="all",
     if batched_restarts:
         keys = [(i, k) for i in range(len(members)) for k in range(n_init)]
         nets = {key: make(*key) for key in keys}
-        for group in _stack_groups(keys, nets):
+        for group in _stack_groups(keys, nets, X):
             path, errs = _train_stack([nets[key] for key in group], X, y,
                                       seed=seeds[group[0][0]][group[0][1]], **fit)
             errors.update(zip(group, errs))

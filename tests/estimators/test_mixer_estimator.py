@@ -199,11 +199,22 @@ def test_fit_members_of_a_builtin_equals_separate_fits(name, data):
 
 
 @pytest.mark.parametrize("name", available_mixers())
-def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data):
-    # every registered mixer: state sizes x seeds through fit_ensemble (one stack per
-    # state size, its seeds stacked), each member equal to its own fit, stopping per
-    # member and checked every 3 epochs, splitting shared features every 10
+def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data, monkeypatch):
+    # every registered mixer: state sizes x seeds through fit_ensemble (one stack, the
+    # state-2 members padded to state 3), each member equal to its own fit, stopping
+    # per member and checked every 3 epochs, splitting shared features every 10
     from minip_learn.model_selection import fit_ensemble
+    from minip_learn.nn import HeadEnsemble
+
+    stacks = []
+    real_init = HeadEnsemble.__init__
+
+    def spy(self, heads, template=None):
+        heads = list(heads)
+        stacks.append(sorted(h.state_size for h in heads))
+        real_init(self, heads, template)
+
+    monkeypatch.setattr(HeadEnsemble, "__init__", spy)
 
     X, y = data
     kwargs = {"feature_map": "table"} if get_mixer(name).theorem != "no" else None
@@ -211,6 +222,8 @@ def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data):
                                  max_epochs=40, stop_tolerance=0.5, check_every=3,
                                  split_every=10)  # feature splitting: the kernel mixers
     res = fit_ensemble(est, X, y[:, -1], state_sizes=[2, 3], seeds=[0, 1])
+    assert stacks == [[2, 2, 3, 3]]
+    monkeypatch.undo()
     assert res.params == [{"state_size": s, "random_state": r} for s in (2, 3) for r in (0, 1)]
     for p, member in zip(res.params, res.estimators):
         alone = clone(est).set_params(**p).fit(X, y[:, -1])
@@ -220,6 +233,37 @@ def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data):
         assert member.n_epochs_ % 3 == 0 or member.n_epochs_ == 40
         np.testing.assert_allclose(member.net_.history[:, "train_loss"],
                                    alone.net_.history[:, "train_loss"], rtol=1e-8)
+
+
+def test_on_the_cpu_padding_beyond_the_budget_splits_the_stack(data, monkeypatch):
+    # the budget in tokens x state dimensions: 0 leaves one stack per state size, and
+    # the members still equal their own fits
+    from minip_learn.model_selection import fit_ensemble
+    from minip_learn.nn import HeadEnsemble
+    from minip_learn.training import _members
+
+    X, y = data
+    stacks = []
+    real_init = HeadEnsemble.__init__
+
+    def spy(self, heads, template=None):
+        heads = list(heads)
+        stacks.append(sorted(h.state_size for h in heads))
+        real_init(self, heads, template)
+
+    monkeypatch.setattr(HeadEnsemble, "__init__", spy)
+    est = SequenceMixerRegressor("gla", dtype="float64", max_epochs=5)
+    n_tokens = X.shape[0] * X.shape[1]
+    for budget, expected in ((0, [[2, 2], [3, 3], [4, 4]]),
+                             (2 * n_tokens, [[2, 2], [3, 3, 4, 4]]),
+                             (6 * n_tokens, [[2, 2, 3, 3, 4, 4]])):
+        stacks.clear()
+        monkeypatch.setattr(_members, "CPU_PADDING_TOKENS", budget)
+        res = fit_ensemble(est, X, y[:, -1], state_sizes=[2, 3, 4], seeds=[0, 1])
+        assert stacks == expected
+        alone = clone(est).set_params(state_size=2, random_state=1).fit(X, y[:, -1])
+        np.testing.assert_allclose(res.estimators[1].predict(X), alone.predict(X),
+                                   atol=1e-10)
 
 
 def test_mixer_sweep_as_ensembles_equals_fits_one_by_one(data):

@@ -401,6 +401,11 @@ def test_stack_groups_is_the_one_rank_masking_test():
     x = _tokens(6, 3, n_bits=4)
     elu = [KernelAttentionHead(4, r) for r in (2, 3, 2)]
     assert HeadEnsemble.stack_groups(elu) == [[0, 1, 2]]
+    # a padding limit holds on the generic path only (the fused one pads per token)
+    assert HeadEnsemble.stack_groups(elu, max_padding=0) == [[0, 1, 2]]
+    mlp = [KernelAttentionHead(4, r, feature_depth=1) for r in (2, 3, 2)]
+    assert HeadEnsemble.stack_groups(mlp, max_padding=0) == [[0, 2], [1]]
+    assert HeadEnsemble.stack_groups(mlp, max_padding=2) == [[0, 1, 2]]
     hedgehog = [KernelAttentionHead(4, r, feature_map="hedgehog") for r in (4, 6, 4)]
     assert HeadEnsemble.stack_groups(hedgehog) == [[0, 2], [1]]
     with pytest.raises(ValueError, match="cannot be stacked at different ranks"):

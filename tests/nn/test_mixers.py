@@ -733,3 +733,46 @@ def test_retnet_equals_fla_chunk_retention_normalised():
     num = fla.chunk_retention(q, k, _gpu(head.value(x)), scale=1.0)[0][:, :, 0]
     den = fla.chunk_retention(q, k, torch.ones_like(q), scale=1.0)[0][:, :, 0, :1]
     _close_to_fused(_mixer("retnet", **FUSED).attend(x), num.double() / den.double())
+
+
+# -- several state sizes in one stack ------------------------------------------------------
+@pytest.mark.parametrize("last", [False, True])
+@pytest.mark.parametrize("name, kwargs", [(n, {}) for n in BUILT_INS]
+                         + [("kernel", {"feature_map": "exp"})])
+def test_mixers_of_several_state_sizes_share_one_stack(name, kwargs, last):
+    # each member padded to the largest state computes what it computes alone, and
+    # its padding gets a zero gradient (zero padding, or the rank mask)
+    from minip_learn.nn import HeadEnsemble
+
+    sizes = (2, 5, 3)
+    mixers = [_mixer(name, seed=i, state=r, **kwargs) for i, r in enumerate(sizes)]
+    assert HeadEnsemble.stack_groups(mixers) == [[0, 1, 2]]
+    ens = HeadEnsemble(mixers)
+    assert ens.ranks == list(sizes) and ens.template.state_size == 5
+    x = _tokens(seq_len=7)
+    out = ens(x, last=last)
+    weights = torch.randn(out.shape, dtype=out.dtype)
+    grads = torch.autograd.grad((out * weights).sum(), list(ens.params))
+    for i, mixer in enumerate(mixers):
+        alone = mixer(x, last=last)
+        torch.testing.assert_close(out[i], alone)
+        own = torch.autograd.grad((alone * weights[i]).sum(), list(mixer.parameters()))
+        for g, g_own in zip(grads, own):
+            padded = torch.zeros_like(g[i])
+            padded[tuple(slice(0, n) for n in g_own.shape)] = g_own
+            torch.testing.assert_close(g[i], padded)
+
+
+def test_mixers_without_a_padding_declaration_stack_one_state_size_at_a_time():
+    from minip_learn.nn import HeadEnsemble
+
+    def factory(n_bits, state_size):
+        return nn.Sequential(nn.Linear(n_bits, state_size), nn.Linear(state_size, 1),
+                             nn.Flatten(-2))
+
+    users = [UserMixer(N_BITS, r, factory=factory) for r in (2, 3, 2)]
+    assert HeadEnsemble.stack_groups(users) == [[0, 2], [1]]
+    with pytest.raises(ValueError, match="declares a state_padding"):
+        HeadEnsemble(users)
+    hedgehog = [_mixer("linear", state=r, feature_map="hedgehog") for r in (2, 4)]
+    assert HeadEnsemble.stack_groups(hedgehog) == [[0], [1]]

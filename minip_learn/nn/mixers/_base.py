@@ -158,6 +158,13 @@ class Mixer(nn.Module):
     state_formula = None
     #: the form forward computes: "parallel" (attend) or "recurrent" (attend_recurrent)
     forward_form = "parallel"
+    #: how instances of different state sizes share one stack
+    #: (:class:`~minip_learn.nn.HeadEnsemble`), each padded to the largest: "zeros" when
+    #: zero padding alone computes what the instance computes alone and leaves the
+    #: padding a zero gradient (keys and queries of the padded dimensions are zero),
+    #: "mask" when a ``feature_mask`` (1 = state dimension in use) switches the padding
+    #: off; None: one stack per state size
+    state_padding = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)

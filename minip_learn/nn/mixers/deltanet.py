@@ -69,6 +69,8 @@ class DeltaNetMixer(MatrixStateMixer):
     theorem = "no"
     paper = ("Schlag et al. 2021, Linear Transformers Are Secretly Fast Weight Programmers; "
              "Yang et al. 2024, Parallelizing Linear Transformers with the Delta Rule")
+    # padded key and query entries are zero: the norms and the rows of S in use are unchanged
+    state_padding = "zeros"
 
     def __init__(self, n_bits, state_size, *, value_dim=None):
         super().__init__(n_bits, state_size, value_dim=value_dim)

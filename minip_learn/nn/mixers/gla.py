@@ -69,6 +69,8 @@ class GatedLinearAttentionMixer(MatrixStateMixer):
     theorem = "no"
     paper = ("Yang et al. 2024, Gated Linear Attention Transformers with Hardware-Efficient "
              "Training")
+    # padded keys and queries are zero: the padded rows of S stay zero whatever the gates
+    state_padding = "zeros"
 
     def __init__(self, n_bits, state_size, *, value_dim=None, gate_temperature=16.0):
         super().__init__(n_bits, state_size, value_dim=value_dim)

@@ -48,6 +48,7 @@ feature_kwargs, denominator_eps
     #: a signed kernel (e.g. the ``identity`` feature map) is outside the bound
     theorem_condition = "a nonnegative kernel (signed feature maps are outside the bound)"
     state_formula = "r (d + 1)"
+    state_padding = "mask"  # the head's rank mask
 
     def __init__(self, n_bits, state_size, *, value_dim=None, feature_map="elu+1",
                  feature_width=64, feature_depth=0, shared_features=False,
@@ -80,6 +81,21 @@ feature_kwargs, denominator_eps
     def query_features(self):
         """The head's query map (read by feature splitting, with :meth:`token_tables`)."""
         return self.head.query_features
+
+    @property
+    def key_features(self):
+        """The head's key map."""
+        return self.head.key_features
+
+    @property
+    def feature_mask(self):
+        """The head's rank mask (shape ``(r,)``, 1 = feature in use; None by default),
+        which a stack of mixers of several state sizes sets."""
+        return self.head.feature_mask
+
+    @feature_mask.setter
+    def feature_mask(self, mask):
+        self.head.feature_mask = mask
 
     def token_tables(self):
         """The head's query and key log-feature tables, or None

@@ -52,6 +52,7 @@ class LinearAttentionMixer(MatrixStateMixer):
     theorem = "no"
     paper = ("Katharopoulos et al. 2020, Transformers are RNNs (without the normaliser, as "
              "in fla's linear_attn)")
+    state_padding = "mask"  # phi(0) need not be 0: padded features are masked
 
     def __init__(self, n_bits, state_size, *, value_dim=None, feature_map="elu+1",
                  feature_kwargs=None):
@@ -61,11 +62,21 @@ class LinearAttentionMixer(MatrixStateMixer):
                                                **kwargs)
         self.key_features = make_feature_map(feature_map, self.n_bits, self.state_size,
                                              **kwargs)
+        #: (r,) of 0 and 1, or None: the features in use (set by a stack of mixers of
+        #: several state sizes)
+        self.register_buffer("feature_mask", None)
+
+    def features(self, fm, x):
+        """The features ``phi(x)`` of the map ``fm`` (the query or the key map), zero
+        outside :attr:`feature_mask`."""
+        f = fm(x)
+        return f if self.feature_mask is None else f * self.feature_mask
 
     def token_maps(self, x):
         """The per-token maps the recurrence reads: ``q = phi(q)``, ``k = phi(k)`` and
         ``v``."""
-        return QKVMaps(q=self.query_features(x), k=self.key_features(x), v=self.value(x))
+        return QKVMaps(q=self.features(self.query_features, x),
+                       k=self.features(self.key_features, x), v=self.value(x))
 
     def attend(self, x):
         m = self.token_maps(x)
@@ -73,8 +84,8 @@ class LinearAttentionMixer(MatrixStateMixer):
 
     def attend_last(self, x):
         """``u_N = S_N^T phi(q_N)`` with ``S_N = sum_j phi(k_j) v_j^T``: ``O(N r d)``."""
-        S = self.key_features(x).transpose(-2, -1) @ self.value(x)
-        return torch.einsum("br,brd->bd", self.query_features(x[:, -1]), S)
+        S = self.features(self.key_features, x).transpose(-2, -1) @ self.value(x)
+        return torch.einsum("br,brd->bd", self.features(self.query_features, x[:, -1]), S)
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)

@@ -101,6 +101,8 @@ class MambaMixer(Mixer):
     paper = "Gu & Dao 2023, Mamba: Linear-Time Sequence Modeling with Selective State Spaces"
     state_formula = "d r"
     forward_form = "recurrent"
+    # B and C are zero on padded state dimensions: never written, never read
+    state_padding = "zeros"
 
     def __init__(self, n_bits, state_size, *, value_dim=None, dt_min=1e-3, dt_max=1e-1):
         super().__init__(n_bits, state_size, value_dim=value_dim)

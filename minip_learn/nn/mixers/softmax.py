@@ -50,6 +50,8 @@ class SoftmaxMixer(HeadMixer):
     theorem = "no"
     paper = "Vaswani et al. 2017, Attention Is All You Need (causal)"
     state_formula = "N (r + d)"
+    # padded query and key dimensions are zero: every score is unchanged
+    state_padding = "zeros"
 
     def __init__(self, n_bits, state_size, *, value_dim=None, temperature=1.0,
                  score_init_scale=0.1, algorithm="auto"):
