@@ -31,7 +31,7 @@ from ._callbacks import (
     absolute_error,
     member_max_errors,
 )
-from ._members import build_net, train_members
+from ._members import CPU_PADDING_TOKENS, build_net, train_members
 from ._net import (
     BatchIterator,
     LastPositionLoss,
@@ -45,6 +45,7 @@ from ._net import (
 )
 
 __all__ = [
+    "CPU_PADDING_TOKENS",
     "TRIM_EVERY",
     "TRIM_MIN_FREE",
     "BatchIterator",
