@@ -138,7 +138,7 @@ def _padding(module):
     return "mask" if hasattr(module, "feature_mask") else None
 
 
-def _rank_mask_obstacle(head):
+def _padding_obstacle(head):
     """Why modules like ``head`` cannot share one stack at different sizes (a sentence),
     or None when padding applies to them: zero padding where their class declares it
     exact, else rank masking with every feature map ``rank_maskable``."""
@@ -362,7 +362,7 @@ class HeadEnsemble(nn.Module):
                 "declares a state_padding).")
         if self.ranks is None or len(set(self.ranks)) == 1:
             return None
-        obstacle = _rank_mask_obstacle(template)
+        obstacle = _padding_obstacle(template)
         if obstacle is not None:
             raise ValueError(obstacle + ".")
         if _padding(template) == "zeros":
@@ -428,7 +428,7 @@ class HeadEnsemble(nn.Module):
                   for h in heads]
         if not heads or len(set(shapes)) <= 1:
             return [list(range(len(heads)))]
-        if _rank_mask_obstacle(heads[0]) is not None:
+        if _padding_obstacle(heads[0]) is not None:
             groups = {}
             for i, shape in enumerate(shapes):
                 groups.setdefault(shape, []).append(i)

@@ -2,8 +2,9 @@
 
 :func:`train_members` initialises every member (and every restart) exactly as a single
 fit initialises its head, stacks the heads into one
-:class:`~minip_learn.nn.HeadEnsemble` (a leading member dimension, rank-masked when the
-ranks differ), trains the stack with skorch's loop on the sum of the members' losses,
+:class:`~minip_learn.nn.HeadEnsemble` (a leading member dimension, padded when the
+ranks or state sizes differ; on the CPU within ``CPU_PADDING_TOKENS``, else in
+several stacks), trains the stack with skorch's loop on the sum of the members' losses,
 with per-member stopping and feature splitting as callbacks, and unpacks every member
 into an ordinary fitted net around its own head. The members' gradients are
 independent and Adam/AdamW/SGD act elementwise, so each member follows the trajectory
@@ -256,7 +257,7 @@ CPU_PADDING_TOKENS = 2**16
 def _stack_groups(keys, nets, X):
     """The members trained as one stack: all of them, or several where their shapes
     cannot share one or, on the CPU, where padding them to one would cost more than
-    :data:`CPU_PADDING_TOKENS` (:meth:`HeadEnsemble.stack_groups
+    ``CPU_PADDING_TOKENS`` (:meth:`HeadEnsemble.stack_groups
     <minip_learn.nn.HeadEnsemble.stack_groups>`)."""
     modules = [nets[key].module_ for key in keys]
     budget = None
@@ -294,7 +295,9 @@ def train_members(module, members, X, y, *, counts=None, query="all",
     ``check_random_state(random_state)``; for each seed a :class:`MinIPNet` around
     ``module(**module_params)`` is initialised under ``torch.manual_seed(seed)`` (what
     a single fit does). The heads are stacked into a
-    :class:`~minip_learn.nn.HeadEnsemble` and trained by skorch's loop on the sum of
+    :class:`~minip_learn.nn.HeadEnsemble` (several where their shapes cannot share one,
+    or where padding them to one would exceed ``CPU_PADDING_TOKENS`` on the CPU)
+    and trained by skorch's loop on the sum of
     their losses (:class:`MemberLoss`), with the callbacks :class:`StopWhenSolved`
     (per member), :class:`SplitSharedFeatures` and :class:`TrimMemory`. Each trained
     member is loaded back into its own net (head, optimizer state cropped to its
