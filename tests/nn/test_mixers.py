@@ -673,33 +673,51 @@ def _close_to_fused(u, ref, dtype="tf32"):
     assert fused_error(u, ref.flip(-2)) > 0.1  # the comparison can fail
 
 
-@cuda
-@fla_warnings
-def test_linear_and_kernel_equal_fla_fused_linear_attn():
+# One case per fused entry point, so that a test compiles one kernel family (Triton
+# compiles and autotunes every kernel on its first call): ``case() -> (u, ref, dtype)``.
+def _chunk_linear_attn():
+    fla = _fla("fla.ops.linear_attn")
+    _, m, u = _fused_case("linear")
+    ref = fla.chunk_linear_attn(_gpu(m.q), _gpu(m.k), _gpu(m.v), scale=1.0,
+                                normalize=False)[0]
+    return u, ref[:, :, 0], "tf32"
+
+
+def _fused_recurrent_linear_attn():
+    fla = _fla("fla.ops.linear_attn")
+    _, m, u = _fused_case("linear")
+    ref = fla.fused_recurrent_linear_attn(_gpu(m.q), _gpu(m.k), _gpu(m.v), scale=1.0)[0]
+    return u, ref[:, :, 0], "recurrent"
+
+
+def _chunk_linear_attn_normalised():
     fla = _fla("fla.ops.linear_attn")
     x = _long()
-    _, m, u = _fused_case("linear")
-    q, k, v = _gpu(m.q), _gpu(m.k), _gpu(m.v)
-    _close_to_fused(u, fla.chunk_linear_attn(q, k, v, scale=1.0, normalize=False)[0][:, :, 0])
-    _close_to_fused(u, fla.fused_recurrent_linear_attn(q, k, v, scale=1.0)[0][:, :, 0],
-                    "recurrent")
     kernel = _mixer("kernel", **FUSED)
     head = kernel.head
     ref, _ = fla.chunk_linear_attn(_gpu(head.query_features(x)), _gpu(head.key_features(x)),
                                    _gpu(head.value(x)), scale=1.0, normalize=True)
-    _close_to_fused(kernel.attend(x), ref[:, :, 0])
+    return kernel.attend(x), ref[:, :, 0], "tf32"
 
 
-@cuda
-@fla_warnings
-def test_gla_and_mamba_equal_fla_fused_gla():
+def _chunk_gla():
     fla = _fla("fla.ops.gla")
     _, m, u = _fused_case("gla")
-    args = (_gpu(m.q), _gpu(m.k), _gpu(m.v), _gpu(m.log_alpha))
-    _close_to_fused(u, fla.chunk_gla(*args, scale=1.0)[0][:, :, 0])
-    _close_to_fused(u, fla.fused_recurrent_gla(*args[:3], gk=args[3], scale=1.0)[0][:, :, 0],
-                    "recurrent")
+    ref = fla.chunk_gla(_gpu(m.q), _gpu(m.k), _gpu(m.v), _gpu(m.log_alpha), scale=1.0)[0]
+    return u, ref[:, :, 0], "tf32"
+
+
+def _fused_recurrent_gla():
+    fla = _fla("fla.ops.gla")
+    _, m, u = _fused_case("gla")
+    ref = fla.fused_recurrent_gla(_gpu(m.q), _gpu(m.k), _gpu(m.v), gk=_gpu(m.log_alpha),
+                                  scale=1.0)[0]
+    return u, ref[:, :, 0], "recurrent"
+
+
+def _fused_recurrent_gla_mamba():
     # Mamba: channel c is GLA with one value (heads = channels, as in the naive test)
+    fla = _fla("fla.ops.gla")
     mamba, m, u = _fused_case("mamba")
     q = m.C[:, :, None, :].expand(-1, -1, FUSED["value_dim"], -1)
     k = m.delta[..., None] * m.B[:, :, None, :]
@@ -707,32 +725,57 @@ def test_gla_and_mamba_equal_fla_fused_gla():
     ref, _ = fla.fused_recurrent_gla(_gpu(q, False), _gpu(k, False),
                                      _gpu(m.v[..., None], False), gk=_gpu(gk, False),
                                      scale=1.0)
-    _close_to_fused(u, ref[..., 0].double().cpu() + mamba.D * m.v,
-                    "recurrent")
+    return u, ref[..., 0].double().cpu() + mamba.D * m.v, "recurrent"
 
 
-@cuda
-@fla_warnings
-def test_deltanet_equals_fla_fused_delta_rule():
+def _delta_rule_args(m):
+    return (_gpu(m.q), _gpu(m.k), _gpu(m.v), m.beta[..., None].float().cuda())
+
+
+def _fused_recurrent_delta_rule():
     fla = _fla("fla.ops.delta_rule")
     _, m, u = _fused_case("deltanet")
-    args = (_gpu(m.q), _gpu(m.k), _gpu(m.v), m.beta[..., None].float().cuda())
-    _close_to_fused(u, fla.fused_recurrent_delta_rule(*args, scale=1.0)[0][:, :, 0],
-                    "recurrent")
-    half = [a.bfloat16() for a in args]     # the chunked kernel takes bfloat16 only
-    _close_to_fused(u, fla.chunk_delta_rule(*half, scale=1.0)[0][:, :, 0], "bfloat16")
+    ref = fla.fused_recurrent_delta_rule(*_delta_rule_args(m), scale=1.0)[0]
+    return u, ref[:, :, 0], "recurrent"
 
 
-@cuda
-@fla_warnings
-def test_retnet_equals_fla_chunk_retention_normalised():
+def _chunk_delta_rule():
+    fla = _fla("fla.ops.delta_rule")
+    _, m, u = _fused_case("deltanet")
+    half = [a.bfloat16() for a in _delta_rule_args(m)]  # bfloat16 only
+    return u, fla.chunk_delta_rule(*half, scale=1.0)[0][:, :, 0], "bfloat16"
+
+
+def _chunk_retention_normalised():
     fla = _fla("fla.ops.retention")
     x = _long()
-    head = _mixer("retnet", **FUSED).head
+    retnet = _mixer("retnet", **FUSED)
+    head = retnet.head
     q, k = _gpu(head.query_features(x)), _gpu(head.key_features(x))
     num = fla.chunk_retention(q, k, _gpu(head.value(x)), scale=1.0)[0][:, :, 0]
     den = fla.chunk_retention(q, k, torch.ones_like(q), scale=1.0)[0][:, :, 0, :1]
-    _close_to_fused(_mixer("retnet", **FUSED).attend(x), num.double() / den.double())
+    return retnet.attend(x), num.double() / den.double(), "tf32"
+
+
+FUSED_CASES = {
+    "linear-chunk_linear_attn": _chunk_linear_attn,
+    "linear-fused_recurrent_linear_attn": _fused_recurrent_linear_attn,
+    "kernel-chunk_linear_attn-normalize": _chunk_linear_attn_normalised,
+    "gla-chunk_gla": _chunk_gla,
+    "gla-fused_recurrent_gla": _fused_recurrent_gla,
+    "mamba-fused_recurrent_gla-per-channel": _fused_recurrent_gla_mamba,
+    "deltanet-fused_recurrent_delta_rule": _fused_recurrent_delta_rule,
+    "deltanet-chunk_delta_rule": _chunk_delta_rule,
+    "retnet-chunk_retention-normalised": _chunk_retention_normalised,
+}
+
+
+@cuda
+@fla_warnings
+@pytest.mark.parametrize("case", list(FUSED_CASES))
+def test_mixer_equals_fla_fused_kernel(case):
+    u, ref, dtype = FUSED_CASES[case]()
+    _close_to_fused(u, ref, dtype)
 
 
 # -- several state sizes in one stack ------------------------------------------------------
