@@ -198,23 +198,30 @@ def test_fit_members_of_a_builtin_equals_separate_fits(name, data):
         np.testing.assert_allclose(member.predict(X), alone.predict(X), atol=1e-10)
 
 
-@pytest.mark.parametrize("name", available_mixers())
-def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data, monkeypatch):
-    # every registered mixer: state sizes x seeds through fit_ensemble (one stack, the
-    # state-2 members padded to state 3), each member equal to its own fit, stopping
-    # per member and checked every 3 epochs, splitting shared features every 10
-    from minip_learn.model_selection import fit_ensemble
+@pytest.fixture
+def stacks(monkeypatch):
+    """The state sizes of every member stack built while the test runs, one sorted list
+    per stack."""
     from minip_learn.nn import HeadEnsemble
 
-    stacks = []
+    built = []
     real_init = HeadEnsemble.__init__
 
     def spy(self, heads, template=None):
         heads = list(heads)
-        stacks.append(sorted(h.state_size for h in heads))
+        built.append(sorted(h.state_size for h in heads))
         real_init(self, heads, template)
 
     monkeypatch.setattr(HeadEnsemble, "__init__", spy)
+    return built
+
+
+@pytest.mark.parametrize("name", available_mixers())
+def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data, stacks):
+    # every registered mixer: state sizes x seeds through fit_ensemble (one stack, the
+    # state-2 members padded to state 3), each member equal to its own fit, stopping
+    # per member and checked every 3 epochs, splitting shared features every 10
+    from minip_learn.model_selection import fit_ensemble
 
     X, y = data
     kwargs = {"feature_map": "table"} if get_mixer(name).theorem != "no" else None
@@ -223,7 +230,6 @@ def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data, monkeypat
                                  split_every=10)  # feature splitting: the kernel mixers
     res = fit_ensemble(est, X, y[:, -1], state_sizes=[2, 3], seeds=[0, 1])
     assert stacks == [[2, 2, 3, 3]]
-    monkeypatch.undo()
     assert res.params == [{"state_size": s, "random_state": r} for s in (2, 3) for r in (0, 1)]
     for p, member in zip(res.params, res.estimators):
         alone = clone(est).set_params(**p).fit(X, y[:, -1])
@@ -235,23 +241,13 @@ def test_state_sizes_and_seeds_stacked_equal_separate_fits(name, data, monkeypat
                                    alone.net_.history[:, "train_loss"], rtol=1e-8)
 
 
-def test_on_the_cpu_padding_beyond_the_budget_splits_the_stack(data, monkeypatch):
+def test_on_the_cpu_padding_beyond_the_budget_splits_the_stack(data, stacks, monkeypatch):
     # the budget in tokens x state dimensions: 0 leaves one stack per state size, and
     # the members still equal their own fits
     from minip_learn.model_selection import fit_ensemble
-    from minip_learn.nn import HeadEnsemble
     from minip_learn.training import _members
 
     X, y = data
-    stacks = []
-    real_init = HeadEnsemble.__init__
-
-    def spy(self, heads, template=None):
-        heads = list(heads)
-        stacks.append(sorted(h.state_size for h in heads))
-        real_init(self, heads, template)
-
-    monkeypatch.setattr(HeadEnsemble, "__init__", spy)
     est = SequenceMixerRegressor("gla", dtype="float64", max_epochs=5)
     n_tokens = X.shape[0] * X.shape[1]
     for budget, expected in ((0, [[2, 2], [3, 3], [4, 4]]),
