@@ -25,6 +25,7 @@ from the kernel values it computes on the training tokens (``kernel_min_``).
 """
 
 import math
+import weakref
 
 import torch
 from torch import nn
@@ -560,9 +561,35 @@ class TokenTable(FeatureMap):
             )
         self.register_buffer("vocabulary", vocab)
         self.log_table = nn.Parameter(init_scale * torch.randn(len(vocab), rank))
+        self._index_cache = None
+
+    def __getstate__(self):
+        # the index of the last input is a cache: never pickled or copied
+        state = dict(super().__getstate__())
+        state["_index_cache"] = None
+        return state
 
     def token_index(self, x):
-        """Index of each token of ``x`` in the vocabulary (exact match)."""
+        """Index of each token of ``x`` in the vocabulary (exact match).
+
+        The indices of the last input tensor (and of its views, such as its last
+        position) are kept: the same tensor again, not modified in place since, with
+        the same vocabulary (full-batch training, every epoch), is not looked up
+        again, so that an epoch neither repeats the lookup nor reads the device's check
+        of it on the host.
+        """
+        base = x if x._base is None else x._base
+        view = (x.storage_offset(), tuple(x.shape), x.stride(), x.dtype)
+        cache = getattr(self, "_index_cache", None)
+        if (cache is None or cache[0]() is not base or cache[1] != base._version
+                or cache[2] is not self.vocabulary):  # (the input is held weakly)
+            cache = self._index_cache = (weakref.ref(base), base._version, self.vocabulary,
+                                         {})
+        if view not in cache[3]:
+            cache[3][view] = self._lookup(x)
+        return cache[3][view]
+
+    def _lookup(self, x):
         vocab = self.vocabulary.to(x.dtype)
         # squared distance, exact for 0/1 tokens
         d = (
@@ -579,7 +606,10 @@ class TokenTable(FeatureMap):
         return idx
 
     def log_features(self, x):
-        return self.log_table[self.token_index(x)]
+        # index_select: its backward (index_add) costs a fraction of advanced indexing's
+        idx = self.token_index(x)
+        return self.log_table.index_select(0, idx.reshape(-1)).view(
+            idx.shape + self.log_table.shape[-1:])
 
     def fused_parameters(self):
         """The parameters of the batched form, by role: ``{"log_table": table}``."""

@@ -121,6 +121,40 @@ def test_table_rejects_unseen_token():
         head(ALL_TOKENS_4[None, 3:6].float())
 
 
+def test_table_looks_up_the_same_input_once(monkeypatch):
+    # full-batch training passes the same tensor every epoch: one lookup (and no
+    # host read of its check); a new tensor, an in-place change or another
+    # vocabulary is looked up again, and an unseen token is refused every time
+    import copy
+    import pickle
+
+    table = make_feature_map("table", 4, 2, vocabulary=ALL_TOKENS_4[:5])
+    lookups = []
+    real = type(table)._lookup
+    monkeypatch.setattr(type(table), "_lookup",
+                        lambda self, x: lookups.append(1) or real(self, x))
+    x = ALL_TOKENS_4[[3, 1, 4, 1]].float()
+    first = table.log_features(x)
+    torch.testing.assert_close(table.log_features(x), first)
+    torch.testing.assert_close(table.log_features(x[-1]), table.log_table[1])
+    torch.testing.assert_close(table.log_features(x[-1]), table.log_table[1])
+    assert len(lookups) == 2  # the input and its last token
+    torch.testing.assert_close(first, table.log_table[[3, 1, 4, 1]])
+    x[0] = ALL_TOKENS_4[2]  # in place: looked up again
+    torch.testing.assert_close(table.log_features(x)[0], table.log_table[2])
+    table.log_features(x.clone())
+    table.vocabulary = ALL_TOKENS_4[:5].clone()
+    table.log_features(x)
+    assert len(lookups) == 5
+    for copied in (pickle.loads(pickle.dumps(table)), copy.deepcopy(table)):
+        assert copied._index_cache is None
+    with pytest.raises(ValueError, match="not seen in fit"):
+        table.log_features(ALL_TOKENS_4[[3, 9]].float())
+    table.log_features(x)
+    with pytest.raises(ValueError, match="not seen in fit"):
+        table.log_features(ALL_TOKENS_4[[3, 9]].float())
+
+
 def test_softmax_head_shapes_and_rows_sum_to_one():
     torch.manual_seed(0)
     head = SoftmaxAttentionHead(4, score_dim=3, value_dim=6, temperature=0.5)
