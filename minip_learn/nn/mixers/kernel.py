@@ -22,6 +22,7 @@ lower bound covers ``"kernel"`` when the kernel is nonnegative, and ``"retnet"``
 
 import numpy as np
 
+from ..._validation import distinct_tokens
 from ..feature_maps import get_feature_map
 from ..heads import KernelAttentionHead
 from ._base import HeadMixer, register_mixer
@@ -66,7 +67,7 @@ feature_kwargs, denominator_eps
         (``table``), inside ``feature_kwargs``."""
         if not get_feature_map(feature_map).requires_vocabulary:
             return {}
-        tokens = np.unique(np.asarray(X).reshape(-1, np.shape(X)[-1]), axis=0)
+        tokens = distinct_tokens(np.asarray(X).reshape(-1, np.shape(X)[-1]))
         return {"feature_kwargs": {**(feature_kwargs or {}),
                                    "vocabulary": tokens.astype(np.uint8)}}
 
