@@ -568,7 +568,10 @@ class HeadEnsemble(nn.Module):
 
     def _cached(self, x, key, make):
         """``make()`` cached for the input ``x``: the same tensor object, not modified
-        in place since (its version counter)."""
+        in place since (its version counter); an inference tensor, which has none, is
+        not cached."""
+        if x.is_inference():
+            return make()
         cache = self._input_cache
         if cache is None or cache[0] is not x or cache[1] != x._version:
             cache = self._input_cache = (x, x._version, {})

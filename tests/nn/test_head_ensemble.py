@@ -488,3 +488,17 @@ def test_the_pair_plan_warns_about_nothing():
         warnings.simplefilter("error")
         ens(_tokens(40, 3, n_distinct=6))
     assert ens.path == "fused-pairs"
+
+
+def test_stacks_and_table_maps_run_under_inference_mode():
+    # inference tensors have no version counter: the input caches step aside
+    vocab = torch.eye(4)
+    heads = [KernelAttentionHead(4, r, feature_map="table",
+                                 feature_kwargs={"vocabulary": vocab}) for r in (2, 3)]
+    ens = HeadEnsemble(heads)
+    x = vocab[torch.randint(0, 4, (6, 3))]
+    expected = ens(x)
+    with torch.inference_mode():
+        z = x.clone()
+        torch.testing.assert_close(ens(z), expected)
+        torch.testing.assert_close(heads[0](z), expected[0])

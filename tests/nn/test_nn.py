@@ -153,6 +153,9 @@ def test_table_looks_up_the_same_input_once(monkeypatch):
     table.log_features(x)
     with pytest.raises(ValueError, match="not seen in fit"):
         table.log_features(ALL_TOKENS_4[[3, 9]].float())
+    with torch.inference_mode():  # inference tensors have no version counter
+        z = ALL_TOKENS_4[[3, 1]].float()
+        torch.testing.assert_close(table.log_features(z), table.log_table[[3, 1]])
 
 
 def test_softmax_head_shapes_and_rows_sum_to_one():
