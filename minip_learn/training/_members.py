@@ -248,9 +248,9 @@ def _member_histories(rows, E, n_epochs):
 
 
 #: On the CPU, the most padding a stack of members of several sizes may add, in tokens
-#: of the training input times state dimensions: what a stack step's overhead costs in
-#: arithmetic on two cores (measured: about 2 ms a step, 2e-8 s a token and state
-#: dimension). Beyond it the members train as several stacks; on a GPU as one.
+#: of the training input times state dimensions: about what a stack step's overhead
+#: costs in arithmetic (docs/performance.rst, group (i)). Beyond it the members train
+#: as several stacks; on a GPU as one.
 CPU_PADDING_TOKENS = 2**16
 
 

@@ -40,7 +40,6 @@ True
 """
 
 from ..ops.masks import DECAY_BLOCK_ELEMENTS, decayed_scores  # noqa: F401
-from . import _base
 from ._base import (  # noqa: F401  (MIXERS, THEOREM_VALUES, QKVMaps, mixer_name too)
     MIXERS,
     THEOREM_VALUES,
@@ -57,6 +56,7 @@ from ._base import (  # noqa: F401  (MIXERS, THEOREM_VALUES, QKVMaps, mixer_name
     register_mixer,
     unregister_mixer,
 )
+from ._base import __all__ as _BASE_NAMES
 
 # importing a mixer module registers its mixers
 from .deltanet import DeltaNetMixer
@@ -81,4 +81,4 @@ __all__ = [
     "RetNetMixer",
     "SoftmaxMixer",
 ]
-__all__ += [name for name in _base.__all__ if name not in _BASE_ONLY]
+__all__ += [name for name in _BASE_NAMES if name not in _BASE_ONLY]
