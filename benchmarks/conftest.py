@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import _bench  # noqa: E402  (benchmarks/ is on sys.path: pytest's rootdir-based import)
 
 SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify", "startup", "final_query",
-            "gpu", "stacks")
+            "grid_epoch", "gpu", "stacks")
 
 
 def pytest_addoption(parser):
@@ -239,6 +239,8 @@ def markdown(res):
             [[r["name"], f"{r['target_median']:.3f}", f"{r['baseline_median']:.3f}",
               f"{1 / r['ratio']:.1f}x", f"{r['whole_last']:.2f}", "<= 2 s"]
              for r in res["final_query"]])
+    if res["grid_epoch"]:
+        out += _grid_epoch_section(res["grid_epoch"])
     if res["gpu"]:
         cuda = next((r["cuda_name"] for r in res["gpu"] if r.get("cuda_name")), None)
         out += ["### (h) The GPU beside the machine's CPU cores", "",
@@ -265,6 +267,25 @@ def markdown(res):
     for s in res["skipped"]:
         out.append(f"Skipped: {s['test']}: {s['reason']}")
     return out
+
+
+def _grid_epoch_section(rows):
+    """The full mixers grid on the whole exact m = 12 family: one epoch per mixer and
+    state size, their sum per seed, and the budget of the whole grid."""
+    sizes = sorted({r["state"] for r in rows})
+    names = sorted({r["name"] for r in rows})
+    cost = {(r["name"], r["state"]): r["epoch"] for r in rows}
+    total = {s: sum(cost[n, s] for n in names) for s in sizes}
+    r0, grid = rows[0], sum(total.values())
+    budget = grid * r0["max_epochs"] * r0["n_seeds"]
+    return _section(
+        "(g) One final-query epoch of the full mixers grid (exact m = 12 family)",
+        f"{r0['n_sequences']:,} sequences of {r0['seq_len']} tokens; one epoch of the grid "
+        f"for one seed: {grid:.1f} s; every fit for {r0['max_epochs']} epochs and "
+        f"{r0['n_seeds']} seeds: {budget / 3600:.1f} h.",
+        ["mixer", *(f"state {s} [s]" for s in sizes)],
+        [[n, *(f"{cost[n, s]:.2f}" for s in sizes)] for n in names]
+        + [["all mixers", *(f"{total[s]:.2f}" for s in sizes)]])
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
