@@ -277,12 +277,14 @@ def _grid_epoch_section(rows):
     cost = {(r["name"], r["state"]): r["epoch"] for r in rows}
     total = {s: sum(cost[n, s] for n in names) for s in sizes}
     r0, grid = rows[0], sum(total.values())
-    budget = grid * r0["max_epochs"] * r0["n_seeds"]
+    budget = grid * r0["max_epochs"] * r0["n_seeds"] / 3600
+    cores = os.cpu_count()
     return _section(
         "(g) One final-query epoch of the full mixers grid (exact m = 12 family)",
-        f"{r0['n_sequences']:,} sequences of {r0['seq_len']} tokens; one epoch of the grid "
-        f"for one seed: {grid:.1f} s; every fit for {r0['max_epochs']} epochs and "
-        f"{r0['n_seeds']} seeds: {budget / 3600:.1f} h.",
+        f"{r0['n_sequences']:,} sequences of {r0['seq_len']} tokens, one torch thread; one "
+        f"epoch of the grid for one seed: {grid:.1f} s; every fit for {r0['max_epochs']} "
+        f"epochs and {r0['n_seeds']} seeds: {budget:.1f} h of one core, "
+        f"{budget / cores:.1f} h on the {cores} cores ({cores} fits at a time).",
         ["mixer", *(f"state {s} [s]" for s in sizes)],
         [[n, *(f"{cost[n, s]:.2f}" for s in sizes)] for n in names]
         + [["all mixers", *(f"{total[s]:.2f}" for s in sizes)]])

@@ -165,3 +165,20 @@ def test_recipe_outputs_are_final_query():
     res = mixers_experiment(mixers=["linear"], figures=False, **{**TINY, "state_sizes": [2]})
     assert np.isfinite(res.results["max_abs_error"]).all()
     assert res.results["theorem"].tolist() == ["no"]
+
+
+def test_the_whole_exact_m12_family_is_a_family_of_the_full_grid(tmp_path):
+    # the leaderboard at full size (docs/causal.rst): the whole family in final-query
+    # form, at the full grid's states around its exact rank
+    whole = dict(n_bits=12, construction="exact", max_sequences=10**5)
+    full = SETTINGS["mixers"]["full"]
+    assert state_grid(80, full["state_factors"], below_bound=full["below_bound"]) == [
+        40, 79, 80, 160, 320]
+    res = mixers_experiment(quick=False, families=[whole], mixers=["kernel"],
+                            state_sizes=[2], seeds=[0], mixer={"max_epochs": 1},
+                            out=tmp_path, progress=False, n_jobs=1, figures=False)
+    row = res.summary.iloc[0]
+    assert (row["family"], row["n_sequences"], row["seq_len"]) == ("exact-m12", 12_720, 53)
+    assert row["certified_min_rank"] == 80
+    assert res.checks == {"no_proven_mixer_solved_below_bound": True,
+                          "recurrent_equals_parallel": True}
