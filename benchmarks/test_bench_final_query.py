@@ -13,10 +13,11 @@ also timed on the whole family, against the target of 2 s an epoch on 2 cores.
 
 ``test_full_grid_epoch`` prices the mixers leaderboard at full size on this machine:
 one final-query epoch (one torch thread, as every fit of a recipe has) of every mixer
-at every state size the full grid gives the whole exact m = 12 family (:func:`~minip_learn.experiments.mixers.state_grid` of its exact
-rank with the full grid's factors), so that one epoch of the grid for one seed is
-their sum and the grid's whole budget (every fit running ``max_epochs`` epochs, for
-every seed) is that sum times epochs and seeds.
+at every state size the full grid gives the whole exact m = 12 family
+(:func:`~minip_learn.experiments.mixers.state_grid` of its exact rank with the full
+grid's factors), so that one epoch of the grid for one seed is their sum and the
+grid's whole budget (every fit running ``max_epochs`` epochs, for every seed) is that
+sum times epochs and seeds.
 """
 
 import time
