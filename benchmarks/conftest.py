@@ -1,6 +1,6 @@
 """pytest-benchmark suite: configuration and the side-by-side summary.
 
-Run from the repository root (offline, about 8 minutes on 2 cores)::
+Run from the repository root (offline, about 13 minutes on 2 cores)::
 
     ./install.sh bench && python -m pytest benchmarks --benchmark-only
 
