@@ -439,7 +439,9 @@ class EluPlusOne(FeatureMap):
     fused = "linear"
 
     def activation(self, z):
-        return nn.functional.elu(z) + 1.0
+        # exp(z) for z <= 0 (elu(z) + 1 = expm1(z) + 1 would lose the relative precision
+        # of exp(z) and be exactly 0 below z = -37.5 in float64), z + 1 above
+        return torch.where(z > 0, z + 1.0, torch.exp(torch.clamp(z, max=0.0)))
 
 
 @register_feature_map("relu")
@@ -508,7 +510,10 @@ class PositiveRandomFeatures(FeatureMap):
             blocks = []
             for start in range(0, rank, self.proj_dim):
                 rows = min(self.proj_dim, rank - start)
-                q, _ = torch.linalg.qr(torch.randn(self.proj_dim, self.proj_dim))
+                q, r = torch.linalg.qr(torch.randn(self.proj_dim, self.proj_dim))
+                # the sign correction makes q Haar-distributed (without it the rows lean
+                # towards -e_k and the kernel estimate is biased)
+                q = q * torch.sign(torch.diagonal(r))
                 norms = torch.randn(rows, self.proj_dim).norm(dim=1, keepdim=True)
                 blocks.append(q[:rows] * norms)
             W = torch.cat(blocks)
@@ -686,12 +691,14 @@ class SecondOrderTaylor(FeatureMap):
         super().__init__(n_bits, rank, **kwargs)
         # feature = e[a] * e[b] * scale with e = [1, z]: (0, 0) is the constant, (0, k)
         # the linear term z_k, (k, k) the square (scaled), (j, k) the product, j < k
-        terms, scale = [(0, 0)], [1.0]
+        terms = [(0, 0)]
         for k in range(1, self.proj_dim + 1):
             terms += [(0, k), (k, k)] + [(j, k) for j in range(1, k)]
-            scale += [1.0, 1.0 / math.sqrt(2.0)] + [1.0] * (k - 1)
         self.register_buffer("_terms", torch.tensor(terms).T.contiguous(), persistent=False)
-        self.register_buffer("_scale", torch.tensor(scale), persistent=False)
+        # which features are squares (scaled by 1/sqrt(2) in the dtype of the input: a
+        # bool buffer, so that a float64 copy of a float32 map keeps the exact constant)
+        self.register_buffer("_square", torch.tensor([a == b != 0 for a, b in terms]),
+                             persistent=False)
 
     @classmethod
     def check_params(cls, n_bits, rank, **kwargs):
@@ -722,7 +729,8 @@ class SecondOrderTaylor(FeatureMap):
     def activation(self, z):
         e = torch.cat([torch.ones_like(z[..., :1]), z], dim=-1)
         a, b = self._terms
-        return e[..., a] * e[..., b] * self._scale.to(z.dtype)
+        products = e[..., a] * e[..., b]
+        return torch.where(self._square, products * math.sqrt(0.5), products)
 
 
 @register_feature_map("rff")
@@ -747,12 +755,14 @@ class RandomFourierFeatures(FeatureMap):
         self.register_buffer("directions", torch.randn(rank, self.proj_dim) / self.bandwidth)
         self.register_buffer("phases", 2 * math.pi * torch.rand(rank))
         # a buffer, not a constant of the class: a member of a HeadEnsemble padded to a
-        # larger rank keeps the scale of its own rank
-        self.register_buffer("scale", torch.tensor(math.sqrt(2.0 / rank)), persistent=False)
+        # larger rank keeps the scale of its own rank. It holds the rank (an integer, which
+        # a change of dtype leaves alone); sqrt(2 / rank) is taken in the input's dtype
+        self.register_buffer("scale_rank", torch.tensor(rank), persistent=False)
 
     @property
     def pre_dim(self):
         return self.proj_dim
 
     def activation(self, z):
-        return self.scale * torch.cos(z @ self.directions.T + self.phases)
+        scale = torch.sqrt(2.0 / self.scale_rank.to(z.dtype))
+        return scale * torch.cos(z @ self.directions.T + self.phases)
