@@ -347,6 +347,257 @@ def test_float_families_in_memory_but_not_in_files():
         check_family(X.astype(np.float32), integer=True)
 
 
+# -------------------------------------------- seeded corruptions, each of a known kind
+# Every input below is built as one kind: a valid family (it loads and equals what was
+# written) or one rule of docs/formats.rst broken in one place (refused with the message
+# of that rule, its numbers worked out from how the file was built).
+SEEDS = range(12)
+
+
+def random_sequences(rng):
+    """A random 0/1 family array of a random integer or bool dtype and memory order."""
+    arr = rng.integers(0, 2, size=tuple(rng.integers(1, 7, size=3)))
+    arr = arr.astype(rng.choice(["?", "u1", "i1", ">i2", "<u4", ">i8"]))
+    return np.asfortranarray(arr) if rng.random() < 0.5 else arr
+
+
+def random_compact(rng, least=1):
+    """Random valid compact-family arrays: ``T >= 2`` distinct tokens, ``n >= 2`` rows,
+    each of ``j >= least`` distinct token ids (then ``-1`` padding) with counts >= 1
+    summing to ``N``."""
+    m = int(rng.integers(2, 7))
+    T = int(rng.integers(2, min(2**m, 8) + 1))
+    codes = rng.choice(2**m, size=T, replace=False)
+    tokens = ((codes[:, None] >> np.arange(m)) & 1).astype(np.uint8)
+    n, k = int(rng.integers(2, 6)), int(rng.integers(least, T + 1))
+    N = int(rng.integers(k, k + 5))
+    ids, counts = np.full((n, k), -1, dtype=np.int64), np.zeros((n, k), dtype=np.int64)
+    for r in range(n):
+        j = int(rng.integers(least, k + 1))
+        ids[r, :j] = rng.choice(T, size=j, replace=False)
+        counts[r, :j] = 1 + rng.multinomial(N - j, np.ones(j) / j)
+    return tokens, ids, counts, N
+
+
+def npy_case(kind, rng):
+    """``(file bytes, expected)``: the array itself for ``"valid"``, else the text the
+    refusal must hold."""
+    arr = random_sequences(rng)
+    data = npy_bytes(arr, version=[(1, 0), (2, 0)][rng.choice(2)])
+    nbytes, offset = arr.nbytes, len(data) - arr.nbytes
+    if kind == "valid":
+        return data, arr
+    if kind == "body-cut":
+        held = int(rng.integers(0, nbytes))
+        return data[:offset + held], (f"the array declares {nbytes} bytes of data (shape "
+                                      f"{arr.shape}, dtype {arr.dtype}) but holds {held}.")
+    if kind == "bytes-appended":
+        extra = rng.bytes(int(rng.integers(1, 40)))
+        return data + extra, (f"the array declares {nbytes} bytes of data (shape "
+                              f"{arr.shape}, dtype {arr.dtype}) but holds "
+                              f"{nbytes + len(extra)}.")
+    if kind == "header-cut":
+        cut = int(rng.integers(0, offset))
+        if cut < 6:    # not even the magic string: not recognised as a family file
+            return data[:cut], ("not a .npy array or an .npz compact family (it starts "
+                                f"with {data[:cut]!r}).")
+        part = "magic string" if cut < 8 else "header"
+        return data[:cut], f"it ends inside the .npy {part} of the array (cut short)."
+    if kind == "magic-changed":
+        at = int(rng.integers(0, 6))
+        bad = bytearray(data)
+        bad[at] ^= int(rng.integers(1, 256))
+        return bytes(bad), ("not a .npy array or an .npz compact family (it starts with "
+                            f"{bytes(bad[:8])!r}).")
+    if kind == "version-changed":
+        major = int(rng.choice([0, 3, 255, rng.integers(4, 255)]))  # 1 and 2 are read
+        bad = bytearray(data)
+        bad[6] = major
+        return bytes(bad), (f"the array is a .npy array of format version {major}.0; "
+                            "versions 1.0 and 2.0 are read.")
+    if kind == "value-not-0-1":
+        index = tuple(int(rng.integers(0, n)) for n in arr.shape)
+        if arr.dtype == bool:  # the byte itself: numpy cannot write such a bool
+            bad = bytearray(data)
+            flat = np.ravel_multi_index(index, arr.shape, order="F" if
+                                        np.isfortran(arr) else "C")
+            bad[offset + flat] = int(rng.integers(2, 256))
+            return bytes(bad), "the array is a bool array holding bytes other than 0 and 1."
+        low = -128 if arr.dtype.kind == "i" else 2
+        value = int(rng.choice([v for v in range(low, 128) if v not in (0, 1)]))
+        arr = arr.copy()
+        arr[index] = value
+        return npy_bytes(arr), (f"the array must contain only 0/1 tokens; found 1 other "
+                                f"value(s), e.g. {value}.")
+    if kind == "float-dtype":
+        dtype = np.dtype(rng.choice(["<f2", "<f4", "<f8", ">f8"]))
+        return npy_bytes(arr.astype(dtype)), (f"the array has the dtype {dtype}; expected "
+                                               "bool or integer 0/1 tokens.")
+    if kind == "not-3d":
+        bad = rng.choice(4)
+        arr = [arr.reshape(arr.shape[0], -1), arr[None], arr.reshape(-1),
+               arr[:, :, :0]][bad]
+        return npy_bytes(arr), ("a family is a non-empty array of shape (n_samples, "
+                                "seq_len, n_bits) of 0/1 tokens; got shape "
+                                f"{arr.shape}, dtype {arr.dtype}.")
+    raise AssertionError(kind)
+
+
+NPY_KINDS = ["valid", "body-cut", "bytes-appended", "header-cut", "magic-changed",
+             "version-changed", "value-not-0-1", "float-dtype", "not-3d"]
+
+
+def loads_or_is_refused_as_built(path, expected):
+    """Load ``path``: the family that was written, or a one-line ValueError that starts
+    with the file's name and holds the ``expected`` text; the file is unchanged."""
+    before = path.read_bytes()
+    if isinstance(expected, str):
+        with pytest.raises(ValueError) as info:
+            load_family(path)
+        message = str(info.value)
+        assert message.startswith(f"{path}: ") and "\n" not in message, message
+        assert expected in message, (expected, message)
+    else:
+        got = load_family(path)
+        if isinstance(expected, np.ndarray):
+            assert isinstance(got, np.ndarray) and got.dtype.isnative
+            assert got.dtype == expected.dtype.newbyteorder("=")
+            assert got.shape == expected.shape and (got == expected).all()
+        else:
+            tokens, ids, counts = expected
+            assert isinstance(got, CompactFamily)
+            for have, want in ((got.tokens, tokens), (got.token_ids, ids),
+                               (got.counts, counts)):
+                assert have.shape == want.shape and (have == want).all()
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", NPY_KINDS)
+def test_seeded_npy_files_of_each_kind_get_their_documented_outcome(tmp_path, kind):
+    for seed in SEEDS:
+        data, expected = npy_case(kind, np.random.default_rng([seed, NPY_KINDS.index(kind)]))
+        loads_or_is_refused_as_built(write(tmp_path, f"f{seed}.npy", data), expected)
+
+
+def npz_case(kind, rng):
+    """``(file bytes, expected)``: the arrays for ``"valid"``, else the text of the
+    refusal."""
+    tokens, ids, counts, N = random_compact(rng, 2 if kind == "token-twice-in-a-row" else 1)
+    T, (n, k) = len(tokens), ids.shape
+    compression = int(rng.choice([zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED]))
+    members = dict(format=np.array(NPZ_FORMAT), version=np.array(NPZ_VERSION),
+                   tokens=tokens, token_ids=ids, counts=counts)
+    r = int(rng.integers(0, n))
+    used = int((ids[r] >= 0).sum())                  # token slots of row r: 0 .. used - 1
+    expected = None
+    if kind == "valid":
+        if rng.random() < 0.5:
+            del members["version"]                    # read as version 1
+        members.update(tokens=tokens.astype(rng.choice(["?", "u1", ">i8"])),
+                       token_ids=ids.astype(rng.choice(["i1", "<i4", ">i8"])),
+                       counts=counts.astype(rng.choice(["u1", ">u4", "<i8"])))
+        expected = (tokens, ids, counts)
+    elif kind == "member-missing":
+        name = str(rng.choice(["format", "tokens", "token_ids", "counts"]))
+        del members[name]
+        expected = f"an .npz file without {name}; a compact family holds"
+    elif kind == "member-unknown":
+        name = str(rng.choice(["extra", "X", "labels", "Tokens"]))
+        members[name] = np.zeros(2)
+        expected = f"unknown array(s) '{name}.npy'; a compact family holds only"
+    elif kind == "marker-changed":
+        letters = list("abcdefghijklmnopqrstuvwxyz-")
+        text = "".join(rng.choice(letters, size=int(rng.integers(0, 30))))
+        members["format"] = np.array(text)
+        expected = f"its format marker is {text!r}, not {NPZ_FORMAT!r}"
+    elif kind == "version-changed":
+        version = int(rng.choice([0, 2, rng.integers(3, 1000)]))
+        members["version"] = np.array(version)
+        expected = (f"compact family format version {version}; this version of "
+                    "minip-learn reads version 1.")
+    elif kind == "id-above-range":
+        bad = T + int(rng.choice([0, 0, 1, 99]))          # T: the first id out of range
+        ids[r, int(rng.integers(0, used))] = bad
+        expected = f"token_ids holds {bad}, outside -1..{T - 1} (-1 is padding; "
+    elif kind == "id-below-padding":
+        bad = -2 - int(rng.choice([0, 0, 1, 99]))
+        ids[r, int(rng.integers(0, k))] = bad
+        expected = f"token_ids holds {bad}, outside -1..{T - 1} (-1 is padding; "
+    elif kind == "count-negative":
+        counts[r, int(rng.integers(0, used))] = -int(rng.choice([1, 1, 2, 99]))
+        expected = f"counts holds a negative multiplicity (sequence {r})."
+    elif kind == "count-zero-or-padding-counted":
+        if used < k and rng.random() < 0.5:
+            counts[r, int(rng.integers(used, k))] = int(rng.choice([1, 1, 4]))
+        else:
+            counts[r, int(rng.integers(0, used))] = 0
+        expected = (f"sequence {r}: counts must be 0 exactly at padding (token_ids == -1) "
+                    "and >= 1 elsewhere.")
+    elif kind == "token-twice-in-a-row":
+        a, b = sorted(rng.choice(used, size=2, replace=False))
+        ids[r, b] = ids[r, a]
+        expected = f"sequence {r} lists token {ids[r, a]} twice in token_ids; merge"
+    elif kind == "row-length-differs":
+        r = int(rng.integers(1, n))
+        slot = int(rng.integers(0, (ids[r] >= 0).sum()))
+        d = int(rng.choice([1 - int(counts[r, slot]), 1, 2, 3]) or 4)  # the count stays >= 1
+        counts[r, slot] += d
+        expected = (f"counts must sum to the same sequence length in every row; row 0 "
+                    f"sums to {N}, row {r} to {N + d}.")
+    elif kind == "token-repeated":
+        a, b = rng.choice(T, size=2, replace=False)
+        tokens = tokens.copy()
+        tokens[b] = tokens[a]
+        members["tokens"] = tokens
+        expected = "tokens holds a token twice; the tokens of a compact family must be"
+    elif kind == "token-not-0-1":
+        value = int(rng.integers(2, 256))
+        tokens = tokens.copy()
+        tokens[int(rng.integers(0, T)), int(rng.integers(0, tokens.shape[1]))] = value
+        members["tokens"] = tokens
+        expected = (f"tokens must contain only 0/1 tokens; found 1 other value(s), "
+                    f"e.g. {value}.")
+    data = npz_bytes(members, compression=compression)
+    if kind == "archive-cut":
+        # the archive ends with its 22-byte end record (no comment), whose signature
+        # occurs nowhere else: every cut leaves no complete end record
+        assert data.index(b"PK\x05\x06") == len(data) - 22
+        cut = int(rng.integers(0, len(data)))
+        data = data[:cut]
+        expected = ("a corrupt or truncated .npz archive (BadZipFile: File is not a zip "
+                    "file).")
+        if cut < 4:  # not even the zip signature: not recognised as a family file
+            expected = ("not a .npy array or an .npz compact family (it starts with "
+                        f"{data!r}).")
+    elif kind == "stored-byte-flipped":
+        data = npz_bytes(members, compression=zipfile.ZIP_STORED)
+        name = str(rng.choice(["format", "tokens", "token_ids", "counts"]))
+        info = zipfile.ZipFile(io.BytesIO(data)).getinfo(f"{name}.npy")
+        start = info.header_offset + 30 + len(info.filename) + \
+            struct.unpack("<H", data[info.header_offset + 28:info.header_offset + 30])[0]
+        body = start + 10 + struct.unpack("<H", data[start + 8:start + 10])[0]
+        at = int(rng.integers(body, start + info.file_size))
+        data = bytearray(data)
+        data[at] ^= 1 << int(rng.integers(0, 8))
+        data = bytes(data)
+        expected = (f"a corrupt or truncated .npz archive (BadZipFile: Bad CRC-32 for file "
+                    f"'{name}.npy').")
+    return data, expected
+
+
+NPZ_KINDS = ["valid", "member-missing", "member-unknown", "marker-changed",
+             "version-changed", "id-above-range", "id-below-padding", "count-negative",
+             "count-zero-or-padding-counted", "token-twice-in-a-row", "row-length-differs",
+             "token-repeated", "token-not-0-1", "archive-cut", "stored-byte-flipped"]
+
+
+@pytest.mark.parametrize("kind", NPZ_KINDS)
+def test_seeded_npz_files_of_each_kind_get_their_documented_outcome(tmp_path, kind):
+    for seed in SEEDS:
+        data, expected = npz_case(kind, np.random.default_rng([seed, NPZ_KINDS.index(kind)]))
+        loads_or_is_refused_as_built(write(tmp_path, f"f{seed}.npz", data), expected)
+
+
 # ------------------------------------------------------------------- fuzzing
 def check_loaded(path):
     """Load ``path``: a valid family, or a one-line ValueError naming the file; the file
@@ -454,6 +705,8 @@ def npz_files(draw):
     return mutate_bytes(data, draw) if kind == "bytes" else data
 
 
+# function_scoped_fixture: the examples share tmp_path, and each one overwrites the single
+# file it reads (write() truncates it), so no example sees another's bytes
 FUZZ = settings(max_examples=100, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -33,6 +33,7 @@ def last_kwargs(module, counts=None, last=False):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import KernelAttentionHead, last_kwargs, last_output
     >>> head, plain = KernelAttentionHead(4, rank=2), torch.nn.Linear(4, 1)
     >>> last_kwargs(head, last=True), last_kwargs(plain, last=True)

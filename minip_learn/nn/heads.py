@@ -189,12 +189,13 @@ class KernelAttentionHead(_Head):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import KernelAttentionHead
     >>> head = KernelAttentionHead(n_bits=6, rank=4)
     >>> head(torch.zeros(2, 3, 6)).shape, head.nonnegative
     (torch.Size([2, 3]), True)
-    >>> causal = KernelAttentionHead(6, 4, causal=True, positional="decay", decay=0.9)
-    >>> x = torch.rand(2, 5, 6)
+    >>> causal = KernelAttentionHead(6, 4, causal=True, positional="decay", decay=0.9).double()
+    >>> x = torch.rand(2, 5, 6, dtype=torch.float64)
     >>> torch.allclose(causal(x), causal.recurrent(x)), causal.theorem
     (True, 'positional')
     """
@@ -725,6 +726,7 @@ class SoftmaxAttentionHead(_Head):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import SoftmaxAttentionHead
     >>> SoftmaxAttentionHead(6)(torch.zeros(2, 3, 6)).shape
     torch.Size([2, 3])

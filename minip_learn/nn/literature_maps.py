@@ -74,6 +74,7 @@ class T2R(FeatureMap):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_feature_map
     >>> phi = make_feature_map("t2r", n_bits=6, rank=4)
     >>> out = phi(torch.rand(3, 6))
@@ -111,6 +112,7 @@ class Hedgehog(FeatureMap):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_feature_map
     >>> phi = make_feature_map("hedgehog", n_bits=6, rank=8)
     >>> out = phi(torch.rand(3, 6))
@@ -170,6 +172,7 @@ class DPFP(FeatureMap):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_feature_map
     >>> phi = make_feature_map("dpfp", n_bits=6, rank=12, nu=2)
     >>> out = phi(torch.rand(3, 6))
@@ -245,6 +248,7 @@ class ReBased(FeatureMap):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_feature_map
     >>> phi = make_feature_map("rebased", n_bits=6, rank=10)
     >>> x = torch.rand(5, 6)

@@ -66,6 +66,7 @@ def module_forward(module, X, *, last=False):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_mixer
     >>> from minip_learn.training import module_forward
     >>> mixer, x = make_mixer("linear", 4, 2), torch.rand(3, 6, 4)

@@ -134,6 +134,7 @@ class Mixer(nn.Module):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_mixer
     >>> mixer = make_mixer("deltanet", 5, 3).double()
     >>> x = torch.rand(2, 7, 5, dtype=torch.float64)
@@ -470,6 +471,7 @@ def register_mixer(name):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import Mixer, make_mixer, register_mixer, unregister_mixer
     >>> @register_mixer("doc-mean")
     ... class Mean(Mixer):
@@ -489,8 +491,8 @@ def register_mixer(name):
     ...         return (total, count), total / count
     ...     def state_floats(self, seq_len=None):
     ...         return self.value_dim + 1
-    >>> mixer = make_mixer("doc-mean", 4, 1)
-    >>> x = torch.rand(2, 5, 4)
+    >>> mixer = make_mixer("doc-mean", 4, 1).double()
+    >>> x = torch.rand(2, 5, 4, dtype=torch.float64)
     >>> mixer(x).shape, torch.allclose(mixer(x), mixer.recurrent(x))
     (torch.Size([2, 5]), True)
     >>> _ = unregister_mixer("doc-mean")  # keep the registry as it was

@@ -56,6 +56,7 @@ class DeltaNetMixer(MatrixStateMixer):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_mixer
     >>> mixer = make_mixer("deltanet", 4, 3).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)

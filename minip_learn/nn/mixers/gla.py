@@ -57,6 +57,7 @@ class GatedLinearAttentionMixer(MatrixStateMixer):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_mixer
     >>> mixer = make_mixer("gla", 4, 3, gate_temperature=4.0).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)

@@ -148,6 +148,7 @@ class KernelMixer(KernelHeadMixer):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_mixer
     >>> mixer = make_mixer("kernel", 4, 3).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
@@ -201,6 +202,7 @@ class RetNetMixer(KernelHeadMixer):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_mixer
     >>> mixer = make_mixer("retnet", 4, 3, decay=0.9).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
@@ -248,6 +250,7 @@ feature_kwargs, denominator_eps
     --------
     >>> import numpy as np
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn.mixers import PositionalKernelMixer
     >>> X = np.zeros((5, 6, 4))  # five training sequences of six tokens
     >>> PositionalKernelMixer.data_kwargs(X)

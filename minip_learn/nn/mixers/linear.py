@@ -43,6 +43,7 @@ class LinearAttentionMixer(MatrixStateMixer):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_mixer
     >>> mixer = make_mixer("linear", 4, 3, feature_map="relu")
     >>> mixer(torch.rand(2, 6, 4)).shape, mixer.state_floats()

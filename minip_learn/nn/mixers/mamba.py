@@ -88,6 +88,7 @@ class MambaMixer(Mixer):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_mixer
     >>> mixer = make_mixer("mamba", 4, 3).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)
@@ -280,6 +281,7 @@ def selective_readouts(steps, keys, A, *, rows=1024):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn.mixers.mamba import selective_readouts
     >>> steps = torch.rand(5, 2, dtype=torch.float64)
     >>> keys = torch.randn(5, 3, dtype=torch.float64)

@@ -40,6 +40,7 @@ class SoftmaxMixer(HeadMixer):
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import make_mixer
     >>> mixer = make_mixer("softmax", 4, 3).double()
     >>> x = torch.rand(2, 6, 4, dtype=torch.float64)

@@ -28,6 +28,7 @@ documented names. No scikit-learn in this layer.
 Examples
 --------
 >>> import torch
+>>> _ = torch.manual_seed(0)
 >>> from minip_learn.nn import ops
 >>> phi = torch.rand(2, 5, 3, dtype=torch.float64)
 >>> v = torch.rand(2, 5, 4, dtype=torch.float64)

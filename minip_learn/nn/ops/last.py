@@ -54,6 +54,7 @@ def last_attend(fq, fk, v, *, nonnegative, eps=1e-3, decay=None, log_domain=Fals
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn.ops import causal_attend
     >>> from minip_learn.nn.ops.last import last_attend
     >>> phi = torch.rand(2, 5, 3, dtype=torch.float64)

@@ -52,8 +52,10 @@ def recurrent_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_
     Examples
     --------
     >>> import torch
+    >>> _ = torch.manual_seed(0)
     >>> from minip_learn.nn import attention
-    >>> phi, v = torch.rand(1, 5, 2), torch.rand(1, 5, 3)
+    >>> phi = torch.rand(1, 5, 2, dtype=torch.float64)
+    >>> v = torch.rand(1, 5, 3, dtype=torch.float64)
     >>> u = attention.recurrent_attend(phi, phi, v, nonnegative=True, decay=0.9)
     >>> torch.allclose(u, attention.causal_attend(phi, phi, v, nonnegative=True, decay=0.9,
     ...                                           chunk_size=2))
