@@ -444,51 +444,77 @@ def constraints_reference(X, query="all", positional=False):
     triples whose query is the final token of its three sequences; ``positional``
     (an array ``X``, ``query="last"``) those whose S3 ``(..., y, ..., x)`` is in ``X``
     with ``y`` at each of the first ``N - 1`` positions and ``z`` at the others.
+
+    Written from the definition of :ref:`theory-r4` alone, sharing no helper with
+    :func:`constraints`: a triple ``(x, y, z)``, ``y != z``, is kept when the family
+    holds the multisets ``S1 = {x, y^(N-1)}``, ``S2 = {x, z^(N-1)}`` and
+    ``S3 = {x, y, z^(N-2)}`` (with ``x`` final in each for ``query="last"``) and the gap
+    ``<x, z> - <x, y>`` is at least 2; its denominator is ``K = (N-2)(gap-1)``. The
+    arrays are int64, sorted by ``(x, y, z)``, each triple once.
     """
-    # each sequence: (its multiset, its final token or None when any token may query)
-    if is_compact(X):
+    from ..compact import CompactFamily
+
+    # each sequence: (its multiset as sorted (token, count) pairs, its final token or
+    # None when any token may query)
+    if isinstance(X, CompactFamily):
         tokens, N = X.tokens, X.seq_len
-        multisets = {(tuple(sorted((i, c) for i, c in zip(ids, cnt) if i >= 0)),
-                      [i for i in ids if i >= 0][-1] if query == "last" else None)
-                     for ids, cnt in zip(X.token_ids.tolist(), X.counts.tolist())}
+        rows = None
+        sequences = []
+        for ids, cnt in zip(X.token_ids.tolist(), X.counts.tolist()):
+            ms = Counter()
+            for i, c in zip(ids, cnt):
+                if i >= 0:
+                    ms[i] += c
+            sequences.append((ms, [i for i in ids if i >= 0][-1]))
     else:
         n, N, m = X.shape
         tokens, inv = np.unique(X.reshape(-1, m).astype(np.uint8), axis=0,
                                 return_inverse=True)
-        ids = np.asarray(inv).reshape(n, N)
-        multisets = {(tuple(sorted(Counter(row).items())), row[-1] if query == "last" else None)
-                     for row in ids.tolist()}
-    if N < 3:
-        return _empty(tokens, N)
-    T = len(tokens)
-    s1, triples = [], []
-    for ms, last in multisets:
-        c = Counter(dict(ms))
-        if len(c) > 3:
-            continue
-        for x in c:
-            if last is not None and x != last:
-                continue
-            for y in c:
-                need = Counter({x: 1})
-                need[y] += N - 1
-                if need == c:
-                    s1.append(x * T + y)
-                for z in c:
-                    if z == y:
-                        continue
-                    need = Counter({x: 1})
-                    need[y] += 1
-                    need[z] += N - 2
-                    if need == c:
-                        triples.append((x, y, z))
-    if positional:
-        rows = {tuple(row) for row in ids.tolist()}
-        triples = [(x, y, z) for x, y, z in triples
-                   if all(tuple([z] * p + [y] + [z] * (N - 2 - p) + [x]) in rows
-                          for p in range(N - 1))]
-    triples = np.array(triples, dtype=np.int64).reshape(-1, 3)
-    return _finish(tokens, N, triples, np.array(s1, dtype=np.int64))
+        rows = [tuple(r) for r in np.asarray(inv).reshape(n, N).tolist()]
+        sequences = [(Counter(r), r[-1]) for r in rows]
+    last_only = query == "last"
+    present = {(tuple(sorted(ms.items())), final if last_only else None)
+               for ms, final in sequences}
+
+    def holds(x, counts):
+        """Whether the family holds the multiset ``counts`` (with ``x`` final)."""
+        ms = Counter()
+        for t, c in counts:
+            ms[t] += c
+        return (tuple(sorted(ms.items())), x if last_only else None) in present
+
+    words = tokens.astype(np.int64)
+    gram = words @ words.T                  # gram[a, b] = <tokens[a], tokens[b]>
+
+    def dot(a, b):
+        return int(gram[a, b])
+
+    row_set = set(rows) if positional else None
+    found = set()
+    if N >= 3:
+        for items, final in present:
+            ms = [t for t, _ in items]
+            for x in ms:
+                if last_only and x != final:
+                    continue
+                for y in ms:
+                    for z in ms:
+                        if (y == z or (x, y, z) in found
+                                or not holds(x, [(x, 1), (y, 1), (z, N - 2)])
+                                or not holds(x, [(x, 1), (y, N - 1)])
+                                or not holds(x, [(x, 1), (z, N - 1)])
+                                or dot(x, z) - dot(x, y) < 2):
+                            continue
+                        if positional and not all(
+                                (z,) * p + (y,) + (z,) * (N - 2 - p) + (x,) in row_set
+                                for p in range(N - 1)):
+                            continue
+                        found.add((x, y, z))
+    triples = sorted(found)
+    x, y, z = (np.array([t[k] for t in triples], dtype=np.int64) for k in range(3))
+    gap = np.array([dot(a, c) - dot(a, b) for a, b, c in triples], dtype=np.int64)
+    K = np.array([(N - 2) * (g - 1) for g in gap.tolist()], dtype=np.int64)
+    return Constraints(tokens, N, x, y, z, K, gap)
 
 
 def _int64_safe(cons):

@@ -4,8 +4,9 @@ Each function here is the definition of an attention form, with no shift, no blo
 no sketch and no hand-written backward: in float64 they are the exact references the
 fast forms of :mod:`minip_learn.nn.ops` are held to (``tests/nn/test_ops.py``), forward
 and backward. Log-features enter as their exponentials (``phi = exp(l)``), a rank mask
-as a factor of both sides; the fast forms' shifts cancel in the normalisation. Slow
-by design: for tests and small checks only.
+as a factor of both sides; the fast forms' shifts cancel in the normalisation. The
+module shares no code with the fast forms: even the denominator guard is written here
+(``_guard``) from its definition. Slow by design: for tests and small checks only.
 
 Examples
 --------
@@ -19,8 +20,6 @@ tensor([0.0000, 1.5000, 3.0000])
 
 import torch
 
-from .spec import guard_denominator
-
 __all__ = [
     "causal_mask",
     "decayed_scores",
@@ -30,6 +29,30 @@ __all__ = [
     "pairwise_dots",
     "softmax_attention",
 ]
+
+
+def _guard(den, *, nonnegative, eps=1e-3):
+    """The denominator a normalised form divides by, written from its definition.
+
+    Nonnegative kernels: a positive ``den`` as it is, anything else (a query that sees
+    no key, so the numerator is 0 too) replaced by 1. Signed kernels: ``sign(den)
+    max(|den|, eps)`` with ``sign(0) = +1``, i.e. ``+-eps`` (the sign of ``den``) when
+    ``|den| < eps`` and ``den`` itself otherwise (NaN included); the gradient is 0 in the
+    first case and 1 in the second.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn.ops import naive
+    >>> naive._guard(torch.tensor([-2.0, 0.0, -1e-6]), nonnegative=False, eps=0.1)
+    tensor([-2.0000,  0.1000, -0.1000])
+    >>> naive._guard(torch.tensor([0.0, 3.0]), nonnegative=True)
+    tensor([1., 3.])
+    """
+    if nonnegative:
+        return torch.where(den > 0, den, torch.ones_like(den))
+    floor = torch.full_like(den, eps)
+    return torch.where(den.abs() < eps, torch.where(den < 0, -floor, floor), den)
 
 
 def causal_mask(n_q, n_k, *, start=0):
@@ -72,7 +95,8 @@ def kernel_attention(phi_q, phi_k, v, *, nonnegative, eps=1e-3, counts=None, cau
     v : Tensor of shape (..., N, d)
     nonnegative : bool
     eps : float, default=1e-3
-        As in :func:`~minip_learn.nn.ops.spec.guard_denominator`.
+        Clamp of signed denominators (``_guard``; as in
+        :func:`~minip_learn.nn.ops.spec.guard_denominator`).
     counts : Tensor of shape (..., N), default=None
         Multiplicity ``c_j`` of every key slot; None: 1.
     causal : bool, default=False
@@ -105,7 +129,7 @@ def kernel_attention(phi_q, phi_k, v, *, nonnegative, eps=1e-3, counts=None, cau
                 a = a * counts[..., j]
             num = num + a.unsqueeze(-1) * v[..., j, :]
             den = den + a
-        out.append(num / guard_denominator(den, nonnegative=nonnegative, eps=eps).unsqueeze(-1))
+        out.append(num / _guard(den, nonnegative=nonnegative, eps=eps).unsqueeze(-1))
     return torch.stack(out, -2)
 
 
@@ -157,7 +181,7 @@ def pair_readout(alpha, g, b, token_of, rows, *, nonnegative, eps=1e-3):
         for p in range(rows.shape[1]):
             num = num + rows[i, p] * alpha[..., p] * g[..., p]
             den = den + rows[i, p] * alpha[..., p]
-        y = num / guard_denominator(den, nonnegative=nonnegative, eps=eps)
+        y = num / _guard(den, nonnegative=nonnegative, eps=eps)
         out.append(y if b is None else y + b[..., int(token_of[i])])
     return torch.stack(out, -1)
 
