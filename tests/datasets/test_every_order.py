@@ -90,8 +90,9 @@ def test_every_order_suite(small, r6, exact8, which, n_fixed, n_all, rank):
 def test_exact_m8_counts_every_order_of_each_s3(exact8):
     fixed, every = exact8
     N = fixed.params["seq_len"]
-    assert N == 15
+    assert N == 15                          # R9 at m = 8: 14 words, N = 15 (THEORY.md)
     per_row = Counter(_n_orders(fixed.X))
+    # the 14 S1 (k_x, ..., k_x, x), the 14 * 13 = 182 S2 (k_y, ..., k_y, x) and the 182 S3
     # S1 (t, ..., t, x): one order; S3 (a, b, ..., b, x): N - 1 = 14 orders
     assert per_row == {1: 14 + 182, 14: 182}
     assert len(every.X) == 14 + 182 + 182 * 14 == 2744
@@ -109,9 +110,13 @@ def test_every_order_is_the_brute_force_set(kw):
 
 def test_every_order_n4_sizes():
     fixed, every = _suite_pair(n_bits=24, seq_len=4, construction="small")
+    # at N = 4, eps = 1/(2*5): a row of n queries sums to (n - 1)/10 < 1, so n queries
+    # certify n and "small" takes 8; 8 * (1 + 2*7) = 120 sequences, of which the 8 * 7
+    # S3 come in N - 1 = 3 orders: 64 + 56 * 3 = 232
     assert (len(fixed.X), len(every.X)) == (120, 232)
     assert every.certified_min_rank == 8
     fixed, every = _suite_pair(n_bits=8, seq_len=4, construction="exact")
+    # 14 words, n(2n - 1) = 378 rows with the query last; the 182 S3 in 3 orders
     assert (len(fixed.X), len(every.X)) == (378, 14 + 182 + 182 * 3)
 
 

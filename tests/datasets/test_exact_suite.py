@@ -48,7 +48,8 @@ def test_exact_family_is_the_single_step_witness_family():
     code = complement_closed_code(8)
     general = witness_family(code, suite.family.seq_len, ladder_gap=None, compact=True)
     assert multisets(general) == multisets(suite.family)
-    assert certify(general) == suite.certified_min_rank
+    # R9 at m = 8: the greedy code has |C| = 14 words, the exact minimum rank
+    assert certify(general) == len(code) == 14
 
 
 def test_below_the_exact_length_the_bound_is_lower_and_never_above_exact():
@@ -58,6 +59,7 @@ def test_below_the_exact_length_the_bound_is_lower_and_never_above_exact():
         assert suite.design_bound <= suite.certified_min_rank <= suite.constructive_rank
         ranks.append(suite.certified_min_rank)
         assert (suite.exact_min_rank is not None) == (ranks[-1] == suite.constructive_rank)
+    # R9 at m = 8: 14 words, exact from N = 15 on (THEORY.md)
     assert ranks == sorted(ranks) and ranks[-1] == 14 and ranks[0] < 14
 
 
@@ -68,6 +70,8 @@ def test_prefixes_and_shuffles_stay_exact():
     assert len(fitted.family) <= 2000 and fitted.exact_min_rank == fitted.constructive_rank
     shuffled = make_witness_suite(12, construction="exact", random_state=0,
                                   max_sequences=10**6)
+    # the whole m = 12 code: 80 words (Graham-Sloane modulo 12, extended; 80 * 238 / 2
+    # = 9,520 sequences fit), exact at its own length
     assert shuffled.exact_min_rank == 80 and shuffled.params["random_state"] == 0
     again = make_witness_suite(**{k: shuffled.params[k] for k in (
         "n_bits", "seq_len", "construction", "n_queries", "max_sequences", "random_state")})

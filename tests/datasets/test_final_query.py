@@ -62,12 +62,12 @@ def _suite_pair(**kw):
     return make_witness_suite(**kw), make_witness_suite(**kw, query="last")
 
 
-@pytest.mark.parametrize("kw", [
-    dict(),                                                     # R6: 4,186 sequences
-    dict(construction="small", random_state=0),
-    dict(n_bits=8, construction="exact"),
+@pytest.mark.parametrize("kw, rank", [
+    (dict(), 17),                                               # R6: 4,186 sequences
+    (dict(construction="small", random_state=0), 8),
+    (dict(n_bits=8, construction="exact"), 14),                 # R9: |C| = 14
 ])
-def test_witness_suite_query_last(kw):
+def test_witness_suite_query_last(kw, rank):
     full, last = _suite_pair(**kw)
     assert last.query == "last" and full.query == "all"
     assert last.params["query"] == "last" and "query" not in full.params
@@ -79,7 +79,7 @@ def test_witness_suite_query_last(kw):
     # every sequence ends with a query of the design
     queries = {q.tobytes() for q in last.queries}
     assert all(x.tobytes() in queries for x in last.X[:, -1])
-    assert last.certified_min_rank == full.certified_min_rank
+    assert last.certified_min_rank == full.certified_min_rank == rank
     assert last.certificate.query == "last" and full.certificate.query == "all"
     assert "Final-query form" in last.DESCR and "Final-query" not in full.DESCR
 
@@ -93,17 +93,17 @@ def test_witness_suite_moves_the_designs_query_last():
     # full form reads (x, x, k); the final-query form is (k, x, x), not slot order
     twice = (full.X[:, 0] == full.X[:, 1]).all(axis=1) & \
         (full.X[:, 1] != full.X[:, 2]).any(axis=1)
-    assert twice.sum() == 46
+    assert twice.sum() == 46                # one (x_i, k_i, x_i) for each of the 46 queries
     np.testing.assert_array_equal(last.X[twice], full.X[twice][:, [2, 0, 1]])
 
 
 def test_exact_suite_query_last_lists_every_querys_sequences():
     full, last = _suite_pair(n_bits=8, construction="exact")
     n = last.params["n_queries"]
-    assert n == full.params["n_queries"] == 14
+    assert n == full.params["n_queries"] == 14          # the m = 8 code (R9)
     assert len(last.X) == n * (2 * n - 1) > len(full.family)
     assert last.certified_min_rank == last.exact_min_rank == 14
-    # m = 12 at N = 53: 80 words, certified 80 in both forms
+    # m = 12 at N = 53: 80 words, certified 80 in both forms; n(2n - 1) = 80 * 159 rows
     big = make_witness_suite(12, 53, construction="exact", max_sequences=13000, query="last")
     assert big.X.shape == (80 * 159, 53, 12) and big.certified_min_rank == 80
 
@@ -111,6 +111,7 @@ def test_exact_suite_query_last_lists_every_querys_sequences():
 def test_exact_suite_query_last_fits_max_sequences():
     last = make_witness_suite(8, construction="exact", max_sequences=300, query="last")
     n = last.params["n_queries"]
+    # whole complement pairs: 12 * 23 = 276 <= 300 < 14 * 27 = 378
     assert len(last.X) == n * (2 * n - 1) <= 300 and n == 12
     with pytest.raises(ValueError, match="10 words need 190"):
         make_witness_suite(8, construction="exact", n_queries=10, max_sequences=100,
@@ -133,6 +134,7 @@ def test_query_last_keeps_a_family_too_large_to_materialise_in_multiset_form(mon
 
 
 def test_exact_final_query_family_at_m16_is_certified_in_multiset_form():
+    # the m = 16 code of R9: 870 words, N = 352 (THEORY.md); n(2n - 1) = 870 * 1739 =
     # 1,512,930 sequences of length 352 (8.5 GB as an array): exact rank 870
     last = make_witness_suite(16, construction="exact", max_sequences=2_000_000,
                               query="last")

@@ -2,6 +2,7 @@
 
 import itertools
 from collections import Counter
+from math import comb
 
 import numpy as np
 import pytest
@@ -53,10 +54,12 @@ def test_query_last_lists_every_query_with_every_key_multiset_once(m):
 
 
 def test_sizes_match_the_paper_counts_and_m8_fits():
+    # T = 2^m tokens; query last: T queries times C(T + 1, 2) key multisets; query all:
+    # C(T + 2, 3) multisets of three tokens
     assert [full_task_size(m, query="last") for m in range(2, 7)] == [
-        40, 288, 2176, 16896, 133120]
-    assert full_task_size(8, query="last") == 8421376
-    assert full_task_size(8) == 2829056
+        40, 288, 2176, 16896, 133120] == [2 ** m * comb(2 ** m + 1, 2) for m in range(2, 7)]
+    assert full_task_size(8, query="last") == 8421376 == 256 * comb(257, 2)
+    assert full_task_size(8) == 2829056 == comb(258, 3)
 
 
 def test_zero_token_and_repeats_are_sequences_like_any_other():
@@ -71,7 +74,7 @@ def test_zero_token_and_repeats_are_sequences_like_any_other():
 def test_token_subset_and_compact_form_above_the_materialisation_limit(monkeypatch):
     toks = full_task_tokens(3)[[0, 3, 5, 6]]
     task = make_full_task(3, tokens=toks)
-    assert task.n_sequences == full_task_size(n_tokens=4) == 20
+    assert task.n_sequences == full_task_size(n_tokens=4) == 20 == comb(4 + 2, 3)
     monkeypatch.setattr(compact, "MATERIALIZE_MAX_BYTES", 100)
     big = make_full_task(3)
     assert big.X is None and big.y is None and big.slot_targets.shape == (120, 3)

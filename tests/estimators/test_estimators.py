@@ -131,17 +131,23 @@ def test_stop_tolerance_stops_early_and_none_runs_all_epochs():
 
 def test_table_feature_map_and_unseen_tokens():
     X, y = make_minip(60, seq_len=3, n_bits=5, random_state=0)
+    # the sequences without the all-ones token: it is never seen in fit
+    unseen = np.ones(5, dtype=np.uint8)
+    keep = ~(X == unseen).all(axis=2).any(axis=1)
+    X, y = X[keep], y[keep]
+    assert 40 <= len(X) < 60
     est = KernelAttentionRegressor(rank=4, feature_map="table", **FAST).fit(X, y)
-    assert est.vocabulary_.shape[1] == 5
-    est.predict(X)
-    known = {t.tobytes() for t in est.vocabulary_}
-    all_tokens = np.array([[(i >> b) & 1 for b in range(5)] for i in range(32)], np.uint8)
-    unseen = [t for t in all_tokens if t.tobytes() not in known]
-    if not unseen:
-        pytest.skip("every token was drawn")
+    # the vocabulary is the distinct training tokens
+    distinct = np.unique(X.reshape(-1, 5), axis=0)
+    assert est.vocabulary_.shape == (len(distinct), 5)
+    assert {t.tobytes() for t in est.vocabulary_} == {t.tobytes() for t in distinct}
+    assert not (est.vocabulary_ == unseen).all(axis=1).any()
+    assert est.predict(X).shape == y.shape
     X_bad = X[:2].copy()
-    X_bad[0, 0] = unseen[0]
-    with pytest.raises(ValueError, match="not seen in fit"):
+    X_bad[0, 0] = unseen
+    message = (r"X contains 1 token\(s\) not seen in fit, e\.g\. \[1, 1, 1, 1, 1\]; "
+               rf"feature_map='table' is defined only on its vocabulary of {len(distinct)} ")
+    with pytest.raises(ValueError, match=message):
         est.predict(X_bad)
 
 

@@ -6,13 +6,17 @@ import joblib
 import numpy as np
 import pandas as pd
 
+from minip_learn import KernelAttentionRegressor
 from minip_learn.cli import build_parser
 from minip_learn.constructions import rank_one_head
+from minip_learn.datasets import make_full_task
 from minip_learn.experiments import EXPERIMENTS, SETTINGS, full_task, full_task_experiment
 from minip_learn.experiments._full_task_solvers import key_weight_head, verify_ordered
+from minip_learn.model_selection import rank_sweep
 from minip_learn.theory import full_task_tokens, grouped_key_weights
 
-TINY = dict(sizes=(2, 3, 4), kernel={"max_epochs": 50}, seeds=(0,), progress=False,
+# 400 epochs: enough for the recipe's training to solve m = 4 at one feature per token
+TINY = dict(sizes=(2, 3, 4), kernel={"max_epochs": 400}, seeds=(0,), progress=False,
             figures=False)
 
 
@@ -32,6 +36,14 @@ def test_recipe_bounds_r_star_and_resumes(tmp_path):
     # m = 4: a trained fit below the certified rank was tried and failed
     fits = res.results
     assert (fits["rank"] < 2).any() and not fits.loc[fits["rank"] < 2, "solved"].any()
+    # ... while the same training (the recipe's kernel settings, seeds and batched sweep)
+    # solves it at 2^4 = 16, one feature per token: the failure is the bound's
+    kernel = {**full_task.SETTINGS["quick"]["kernel"], **TINY["kernel"]}
+    task = make_full_task(4)
+    control = rank_sweep(KernelAttentionRegressor(**kernel), task.family, task.slot_targets,
+                         ranks=[16], seeds=list(TINY["seeds"]), ensemble=True,
+                         progress=False).results
+    assert len(control) == len(TINY["seeds"]) and control["solved"].all()
     assert {"summary.csv", "summary.md", "pools.csv", "candidates.csv",
             "provenance.json"} <= {p.name for p in tmp_path.iterdir()}
     again = full_task_experiment(out=tmp_path, **TINY)

@@ -2,6 +2,7 @@
 against a brute-force construction over all pairs."""
 
 import itertools
+import math
 from collections import Counter
 from fractions import Fraction
 
@@ -37,6 +38,53 @@ def brute_row_sums(W):
     W = W.astype(int)
     return [sum(Fraction(1, int(x @ (1 - y)) - 1) for j, y in enumerate(W) if j != i)
             for i, x in enumerate(W)]
+
+
+def lex_words(m):
+    """Every word of weight m/2, in lexicographic order of the bit tuple (0 < 1)."""
+    return np.array([x for x in itertools.product([0, 1], repeat=m) if sum(x) == m // 2],
+                    dtype=np.int64)
+
+
+def pair_greedy(cands, start=()):
+    """The words of ``start`` (each followed by its complement), then every candidate,
+    in order, taken with its complement when both overlap every word taken so far in
+    at most m/2 - 2 (Hamming distance >= 4). Numpy form of :func:`brute_greedy`."""
+    m = cands.shape[1]
+    kept = np.zeros((len(cands), m), dtype=np.int64)
+    n = 0
+    for x in list(start) + list(cands):
+        ov = kept[:n] @ x                   # <k, ~x> = m/2 - <k, x> for every kept k
+        if n and (ov.max() > m // 2 - 2 or ov.min() < 2):
+            continue
+        kept[n], kept[n + 1] = x, 1 - x
+        n += 2
+    return kept[:n]
+
+
+def graham_sloane(m, q, extend):
+    """The largest residue class of ``sum_i i x_i`` mod ``q`` that is closed under
+    complement (the complement of residue a has residue m(m+1)/2 - a; ties: the
+    smaller residue), extended by the pair greedy; None when no class is closed."""
+    cands = lex_words(m)
+    residue = cands @ np.arange(1, m + 1) % q
+    closed = [a for a in range(q) if (2 * a - m * (m + 1) // 2) % q == 0]
+    if not closed:
+        return None
+    a = max(closed, key=lambda c: ((residue == c).sum(), -c))
+    cls = cands[residue == a]
+    half = [x for x in cls if tuple(x) < tuple(1 - x)]             # x before ~x
+    return pair_greedy(cands if extend else cands[:0], half)
+
+
+def exact_length(W):
+    """The smallest N >= 3 with sum_{y != x} 1/(D(x, y) - 1) <= N - 2 for every x,
+    D(x, y) = <x, ~y> (R9), from the overlap histogram of each row."""
+    W = W.astype(np.int64)
+    D = W @ (1 - W).T
+    sums = [sum(Fraction(int(c), d - 1) for d, c in enumerate(np.bincount(row)) if c and d)
+            for row in D]
+    return max(3, 2 + math.ceil(max(sums)))
 
 
 def brute_family(W, N, unique=True):
@@ -112,6 +160,9 @@ def test_graham_sloane_class_by_brute_force(m, q, a):
 def test_greedy_sizes_and_lengths_of_theory(m):
     W = complement_closed_code(m, method="greedy")
     assert (len(W), exact_seq_len(W)) == GREEDY[m]
+    # the numbers of THEORY.md, recomputed by scanning every word of weight m/2
+    B = pair_greedy(lex_words(m))
+    assert (len(B), exact_length(B)) == GREEDY[m]
 
 
 def test_sizes_of_every_method():
@@ -119,8 +170,16 @@ def test_sizes_of_every_method():
            + [len(complement_closed_code(m, method="graham-sloane", modulus=m)),
               len(complement_closed_code(m))]
            for m in (4, 8, 12, 16)}
+    # m = 4: two words of weight 2 at distance 4 are complements, so 2; m = 8: 14 is the
+    # optimum A(8, 4, 4) (the weight-4 words of the extended Hamming [8, 4, 4] code, a
+    # Steiner system S(3, 4, 8)), reached by every method; the others by the brute-force
+    # scans below
     assert got == {4: [2, 2, 2, 2], 8: [14, 14, 14, 14], 12: [68, 72, 80, 80],
                    16: [870, 758, 822, 870]}
+    for m, sizes in got.items():
+        codes = [pair_greedy(lex_words(m)), graham_sloane(m, m + 1, True),
+                 graham_sloane(m, m, True)]
+        assert sizes == [len(c) for c in codes] + [max(len(c) for c in codes)]
     assert np.array_equal(complement_closed_code(16),
                           complement_closed_code(16, method="greedy"))   # ties: greedy
 
@@ -174,7 +233,9 @@ def test_exact_family_rows_of_one_query():
     n, N = len(W), 15
     ids, counts = exact_family(W, N)
     rows = ids[ids[:, 0] == 0], counts[ids[:, 0] == 0]
-    assert len(rows[0]) == n + n - 2                        # 0 comes before its complement 1
+    # n pairs {0, k^(N-1)} and the n - 2 S3 {0, 1, k^(N-2)} shared with its complement 1,
+    # listed under 0, which comes first
+    assert len(rows[0]) == n + n - 2
     assert rows[0][0].tolist() == [0, 1, -1] and rows[1][0].tolist() == [1, N - 1, 0]
     assert rows[0][1].tolist() == [0, -1, -1] and rows[1][1].tolist() == [N, 0, 0]
     assert (rows[0][n:, :2] == [0, 1]).all() and (rows[1][n:] == [1, 1, N - 2]).all()
@@ -193,11 +254,17 @@ def test_exact_family_dtypes_grow():
     W = complement_closed_code(12, method="greedy")
     ids, counts = exact_family(W, 200)
     assert ids.dtype == np.int8 and counts.dtype == np.int16
-    assert len(ids) == exact_family_size(68) == 68 * 202 // 2
+    assert len(ids) == exact_family_size(68) == 68 * 202 // 2   # n(3n - 2)/2, n = 68
 
 
 def test_exact_family_size_formula():
+    # distinct multisets of n words: the n^2 pairs {x, k^(N-1)} (S1 and S2 of every
+    # query), and per complement pair {x, ~x} the S3 {x, ~x, k^(N-2)}, shared by both
+    # queries, for the n - 2 keys k other than x and ~x (k = x or ~x gives an S2):
+    # n^2 + (n/2)(n - 2) = n(3n - 2)/2, and 6938 * 20812 / 2 = 72,196,828. Per query,
+    # not shared: 1 + 2(n - 1) = 2n - 1 rows.
     assert exact_family_size(6938) == 72_196_828
+    assert exact_family_size(6938) == 6938 * (3 * 6938 - 2) // 2
     assert exact_family_size(6938, unique=False) == 6938 * (2 * 6938 - 1)
     with pytest.raises(ValueError, match="n_words"):
         exact_family_size(1)

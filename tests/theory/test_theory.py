@@ -157,6 +157,9 @@ def test_r4_arguments():
 
 
 def test_chain_denominator():
+    # one step at N = 3: K = (N-2)(d-1), so 5 at d = 6 and 11 at d = 12; d < 2: none.
+    # A ladder of t steps of gap 4 (K = 3 each) and a last step of d - 4t: 15, 3*11,
+    # 9*7, 27*3 = 81 for t = 0..3 at d = 16, the best at t = 3
     assert chain_denominator(6, 3) == (5, 0)
     assert chain_denominator(1, 3) == (0, 0)
     assert chain_denominator(16, 3, ladder_gap=4) == (81, 3)
@@ -165,6 +168,7 @@ def test_chain_denominator():
 
 # --------------------------------------------------------------------------- R5
 def test_r5_scalar_bound_values():
+    # r > n/(1 + (n-1) eps^2): 46/(1 + 45/25) = 16.43 and 23/(1 + 22/25) = 12.23 (R6)
     assert approximate_identity_rank_bound(46, Fraction(1, 5)) == 17
     assert approximate_identity_rank_bound(23, Fraction(1, 5)) == 13
     assert approximate_identity_rank_bound(1, 0.5) == 1
@@ -333,6 +337,7 @@ def test_design_rank_counts_an_integer_quotient_as_exceeded():
 
 # --------------------------------------------------------------------------- R8
 def test_r8_transcript_and_capacity():
+    # q log2(s + 1) = 4 log2 16 = 16 bits; heads x layers x rank x bits = 2*3*4*8 = 192
     assert transcript_lower_bound(4, 15) == 16.0
     assert transcript_lower_bound(0, 3) == 0.0
     assert channel_capacity_bits(2, 3, 4, 8) == 192
@@ -381,7 +386,9 @@ def test_certify_r6_recomputes_17():
     rng = np.random.RandomState(0)
     Xp = np.stack([s[rng.permutation(3)] for s in X])
     assert certify(Xp) == 17
-    # without the sequences whose key is x_i itself: what 23 queries give
+    # without the sequences whose key is x_i itself, (x_i, x_i, x_i) and (x_i, k_i, x_i)
+    # for each of the 46 queries, a query and its complement are unconstrained: at most
+    # one of each of the 23 pairs, 23/(1 + 22/25) = 12.23, so 13
     drop = np.array([(s[1] == s[0]).all() or (s[2] == s[0]).all() for s in X])
     assert drop.sum() == 2 * 46
     assert certify(X[~drop]) == 13
@@ -409,6 +416,7 @@ def test_certify_single_triple_and_chain():
     from minip_learn.theory import family_constraints
 
     tokens, edges, overlap = family_constraints(X)
+    # <x, y0>, <x, y1>, <x, y2> = 0, 3, 6: S3 only for (y0, y1) and (y1, y2), gap 3 each
     assert sum(len(e) for e in edges.values()) == 2
     # one query: rank 1 whatever the chains
     assert certify(X) == 1
@@ -434,7 +442,7 @@ def test_certify_never_exceeds_a_solvable_rank():
 def test_bound_table_grows_exponentially():
     t = bound_table(max_blocks=4, as_frame=True)
     assert set(t.columns) >= {"n_bits", "seq_len", "certified_min_rank", "construction"}
-    assert len(t) == 8 * 4
+    assert len(t) == 8 * 4                  # n_bits 8, 16, ..., 64 by seq_len 3..6
     for N in range(3, 7):
         ranks = t[t.seq_len == N].sort_values("n_bits").certified_min_rank.to_numpy()
         assert (np.diff(ranks) >= 0).all()
@@ -443,7 +451,11 @@ def test_bound_table_grows_exponentially():
     # roughly exponential: every 16 bits multiply the bound by more than 2.5
     assert r3[64] > 2.5 * r3[48] and r3[48] > 2.5 * r3[32]
     d = bound_table(n_bits=[24], seq_len=[3], as_frame=False)
-    assert d["certified_min_rank"] == [18]
+    # H12 x H12: 22^2 = 484 queries; a query's other keys lie at distance 3 (40 of them),
+    # 6 (2 + 20*20 = 402), 9 (40) and 12 (1), with best chains (ladder gap 5) K = 2, 5,
+    # 4*3 = 12 and 4*6 = 24: 484/(1 + 40/4 + 402/25 + 40/144 + 1/576) = 17.69, so 18
+    assert d["construction"] == ["H12 x H12"] and d["ladder_gap"] == [5]
+    assert d["certified_min_rank"] == [18] == [_independent_product_bound([12, 12], 3, 5)]
 
 
 @pytest.mark.parametrize(
@@ -470,18 +482,23 @@ def test_analytic_bound_equals_certify_on_materialised_family(blocks, n_bits, N,
     assert certify(X) == an["rank"]
 
 
-def test_training_below_the_certified_bound_never_solves():
+@pytest.mark.parametrize("rank, solves", [(7, False), (20, True)])
+def test_training_solves_only_at_or_above_the_certified_bound(rank, solves):
+    """One rank below the certified 8 the table head never solves the small suite; the
+    same training (map, lr, seed, epochs) at its constructive rank 20 (one feature per
+    token) solves it, so the failure is the bound's, not the trainer's."""
     from minip_learn import KernelAttentionRegressor
     from minip_learn.datasets import make_witness_suite
 
     s = make_witness_suite(24, 3, construction="small")
-    assert s.certified_min_rank == 8
-    for rank, fmap in ((4, "table"), (7, "table")):
-        est = KernelAttentionRegressor(
-            rank=rank, feature_map=fmap, max_epochs=150, lr=0.05, random_state=0
-        ).fit(s.X, s.y)
-        assert not est.solved_
-        assert solved(s.y, est.predict(s.X)) == 0.0
+    # the fewest Hadamard-24 queries reaching 8: n/(1 + (n-1)/25) is 7.35 at n = 10 and
+    # 6.82 at n = 9; 10 queries of 1 + 2*9 sequences each
+    assert len(s.X) == 190 and s.certified_min_rank == 8
+    assert s.constructive_rank == 20
+    est = KernelAttentionRegressor(rank=rank, feature_map="table", max_epochs=400, lr=0.05,
+                                   stop_tolerance=0.5, random_state=0).fit(s.X, s.y)
+    assert est.solved_ == solves
+    assert solved(s.y, est.predict(s.X)) == float(solves)
 
 
 # --------------------------------------------------------------------------- review regressions
