@@ -6,8 +6,9 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import position_orders
 
 from minip_learn.cli import main
 from minip_learn.compact import CompactFamily
@@ -21,7 +22,7 @@ from minip_learn.theory import (
 )
 from minip_learn.theory.certify import _certify
 
-SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+SETTINGS = dict(deadline=None, derandomize=True)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +54,7 @@ def test_r6_final_query_certifies_17(r6):
 
 def test_exact_m8_final_query_certifies_14(exact8_last):
     rank, cert = certify(exact8_last.X, query="last", return_certificate=True)
+    # R9: the m = 8 code has 14 words (A(8, 4, 4) = 14) and the certificate is dominant
     assert rank == 14 == exact8_last.constructive_rank and cert.diagonally_dominant
     assert verify_certificate(cert, exact8_last.X, query="last")
 
@@ -108,21 +110,15 @@ def test_family_constraints_query_last():
     assert family_constraints(last, query="last")[1] == edges
 
 
-def _permute_prefix(X, seed):
-    """Each sequence's first N - 1 tokens shuffled, its final token kept."""
-    rng = np.random.RandomState(seed)
-    n, N, _ = X.shape
-    order = np.argsort(rng.random_sample((n, N - 1)), axis=1)
-    out = X.copy()
-    out[:, :-1] = np.take_along_axis(X[:, :-1], order[:, :, None], axis=1)
-    return out
-
-
 @settings(max_examples=6, **SETTINGS)
-@given(which=st.sampled_from(["small", "exact8"]), seed=st.integers(0, 2**31 - 1))
-def test_permuting_the_prefix_changes_nothing(small_last, exact8_last, which, seed):
+@given(which=st.sampled_from(["small", "exact8"]), data=st.data())
+def test_permuting_the_prefix_changes_nothing(small_last, exact8_last, which, data):
     suite = small_last if which == "small" else exact8_last
-    X = _permute_prefix(suite.X, seed)
+    n, N, _ = suite.X.shape
+    # one order of the first N - 1 positions for every sequence, a few sequences apart
+    order = data.draw(position_orders(n, N - 1), label="orders of the first N - 1 positions")
+    X = suite.X.copy()
+    X[:, :-1] = np.take_along_axis(suite.X[:, :-1], order[:, :, None], axis=1)
     np.testing.assert_array_equal(minip_targets(X, query="last"), suite.y)
     rank, cert = certify(X, query="last", return_certificate=True)
     assert rank == suite.certified_min_rank
