@@ -309,6 +309,12 @@ def witness_family(words, seq_len, *, ladder_gap=None, steps=None, compact=False
     ids = np.empty((int(per_query.sum()), 3), dtype=np.int64)
     for i, a, b, offset in parts:
         ids[start[i] + offset] = np.stack([query[i], a, b], axis=1)
+    # keep the tokens that occur: query i climbs its ladder only to its own s_i <= L
+    used = np.unique(ids)
+    if len(used) < len(tokens):
+        remap = np.full(len(tokens), -1, dtype=np.int64)
+        remap[used] = np.arange(len(used))
+        tokens, ids = tokens[used], remap[ids]
     counts = np.broadcast_to(np.array([1, 1, N - 2]), ids.shape)
     family = CompactFamily.from_slots(tokens, ids, counts)
     return family if compact else family.to_sequences()
