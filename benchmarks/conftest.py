@@ -61,6 +61,20 @@ def _loadavg():
         return None
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """Every benchmark runs torch with one intra-op thread, as every fit of minip_learn
+    does (docs/performance.rst, "What is measured"); a test that needs more sets them
+    itself. Without it a process takes one thread per core, and two threads on cores
+    that other jobs keep busy made a forward up to 30x slower."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def quick():
     return _bench.QUICK

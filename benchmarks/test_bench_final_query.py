@@ -18,39 +18,56 @@ at every state size the full grid gives the whole exact m = 12 family
 grid's factors), so that one epoch of the grid for one seed is their sum and the
 grid's whole budget (every fit running ``max_epochs`` epochs, for every seed) is that
 sum times epochs and seeds.
+
+Asserted, against docs/performance.rst, group (g), with half the documented figure as
+the margin: in ``test_final_query_epoch`` the two forms' outputs at the last position
+agree and the last-position epoch's speed-up over the whole-sequence one is at least
+half the documented one (``SPEEDUP``), at most 1.5x asserted (see the comment there);
+in ``test_full_grid_epoch`` the grid's states are the documented ones
+(``GRID_STATES``, about the exact rank 80) and an epoch at the largest state, over one
+at the smallest (the median over the mixers), costs at least half the documented
+multiple (``GRID_EPOCH``: the cost grows with the state as the budget says).
 """
 
+import statistics
 import time
 
 import numpy as np
 import pytest
 import torch
 
-from _bench import paired
-from minip_learn.datasets import make_witness_suite
+from _bench import check_ratio, exact_family, make_bench_mixer, paired
 from minip_learn.experiments.mixers import SETTINGS, state_grid
-from minip_learn.nn import available_mixers, get_mixer, make_mixer
+from minip_learn.nn import available_mixers
 
 STATE = 80
 #: sequences on which the two forms alternate (full, quick)
 N_RATIO = {False: 2544, True: 636}
-TABLE_MIXERS = ("kernel", "retnet", "positional")
+#: speed-up of the last-position epoch over the whole-sequence one on 2,544 sequences
+#: (docs/performance.rst, group (g))
+SPEEDUP = {"deltanet": 3.4, "gla": 119, "kernel": 2.1, "linear": 2.7, "mamba": 4.0,
+           "positional": 1.9, "retnet": 2.2, "softmax": 4.7}
+#: the full grid's states on the whole family and one epoch of each mixer at each of
+#: them, in seconds (docs/performance.rst, group (g), the full mixers grid)
+GRID_STATES = [40, 79, 80, 160, 320]
+GRID_EPOCH = {
+    "deltanet": [0.81, 1.28, 1.18, 2.18, 4.01],
+    "gla": [0.52, 1.31, 1.08, 2.38, 4.44],
+    "kernel": [0.31, 0.66, 0.67, 1.36, 3.22],
+    "linear": [0.32, 0.81, 0.77, 1.22, 2.35],
+    "mamba": [1.04, 1.84, 1.53, 3.07, 5.95],
+    "positional": [0.37, 0.79, 0.78, 1.31, 2.72],
+    "retnet": [0.31, 0.65, 0.60, 1.22, 2.44],
+    "softmax": [0.13, 0.25, 0.23, 0.45, 0.86],
+}
 
 
 @pytest.fixture(scope="module")
 def family():
-    suite = make_witness_suite(n_bits=12, construction="exact", max_sequences=10**5,
-                               query="last")
+    suite = exact_family()
     X = np.asarray(suite.X)
     return X, torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(
         np.asarray(suite.y), dtype=torch.float32), int(suite.certified_min_rank)
-
-
-def _mixer(name, X, state=STATE):
-    kwargs = {"feature_map": "table"} if name in TABLE_MIXERS else {}
-    kwargs.update(get_mixer(name).data_kwargs(X, **kwargs))
-    torch.manual_seed(0)
-    return make_mixer(name, X.shape[2], state, **kwargs)
 
 
 def _epoch(mixer, x, y, *, last):
@@ -68,7 +85,7 @@ def _epoch(mixer, x, y, *, last):
 def test_final_query_epoch(benchmark, bench_record, quick, family, name):
     X, x, y, _ = family
     n = N_RATIO[quick]
-    mixer = _mixer(name, X)
+    mixer = make_bench_mixer(name, X, STATE)
     _epoch(mixer, x[:n], y[:n], last=True)()  # warm-up
     _epoch(mixer, x[:n], y[:n], last=False)()
     with torch.no_grad():  # the same outputs at the last position
@@ -79,6 +96,17 @@ def test_final_query_epoch(benchmark, bench_record, quick, family, name):
     whole = min(_epoch(mixer, x, y, last=True)() for _ in range(1 if quick else 2))
     bench_record("final_query", {"name": name, "n_ratio": n, "n_sequences": len(X),
                                  "seq_len": X.shape[1], "whole_last": whole, **res})
+    # Margin: half the documented speed-up, and never more than 1.5x asserted. The two
+    # forms alternate within a round and share its load, but the larger figures
+    # measure the memory system as much as the code (gla's whole-sequence form streams
+    # N x N x r scores, 2.3 GB at 2,544 sequences): with other jobs busy on the 2-core
+    # machine gla's 119x came out at 9.5x-36x and mamba's 4.0x at 1.7x-2.3x, and the
+    # quick run has a quarter of the sequences. 1.5x still fails a last-position form
+    # that computed every position (about 1x) for the five mixers documented at 2.7x
+    # or more.
+    check_ratio(f"{name}: speed-up of the last-position epoch over every position",
+                1 / res["ratio"], claim=f"{SPEEDUP[name]}x",
+                at_least=min(0.5 * SPEEDUP[name], 1.5))
 
 
 @pytest.mark.benchmark(group="g-final-query")
@@ -86,6 +114,7 @@ def test_full_grid_epoch(benchmark, bench_record, quick, family):
     X, x, y, rank = family
     full = SETTINGS["full"]
     sizes = state_grid(rank, full["state_factors"], below_bound=full["below_bound"])
+    assert rank == 80 and list(sizes) == GRID_STATES, (rank, sizes)
     if quick:  # the first sequences, the grid's two smallest states
         x, y, sizes = x[:N_RATIO[True]], y[:N_RATIO[True]], sizes[:2]
     epochs = {}
@@ -93,7 +122,7 @@ def test_full_grid_epoch(benchmark, bench_record, quick, family):
     def run():
         for name in available_mixers():
             for state in sizes:
-                mixer = _mixer(name, X, state)
+                mixer = make_bench_mixer(name, X, state)
                 _epoch(mixer, x, y, last=True)()  # warm-up
                 epochs[name, state] = _epoch(mixer, x, y, last=True)()
 
@@ -103,3 +132,18 @@ def test_full_grid_epoch(benchmark, bench_record, quick, family):
                                     "n_sequences": len(x), "seq_len": X.shape[1],
                                     "max_epochs": full["mixer"]["max_epochs"],
                                     "n_seeds": len(full["seeds"])})
+    # The grid's price: an epoch costs more at a larger state. Claim: the documented
+    # growth from the smallest to the largest state, as the median over the mixers of
+    # each one's ratio (7.3x for states 40 to 320; 2.1x in the quick run's 40 and 79).
+    # Margin: half of it. The epochs run one after another, not alternating, so a
+    # burst of load can land on one of them (seen: one mixer's epoch 2.7x slower at the
+    # smaller state); the median over the eight mixers leaves such a one out.
+    small, large = sizes[0], sizes[-1]
+
+    def growth(cost):
+        return statistics.median(cost(n, large) / cost(n, small) for n in available_mixers())
+
+    claimed = growth(lambda n, s: GRID_EPOCH[n][GRID_STATES.index(s)])
+    check_ratio(f"one epoch at state {large} / at state {small}, median over the mixers",
+                growth(lambda n, s: epochs[n, s]), claim=f"{claimed:.2f}x",
+                at_least=0.5 * claimed)

@@ -6,6 +6,11 @@ interpreter: the target runs ``python -m minip_learn --help``, the baseline
 ``python -c pass``; a third timing, ``python -c "import minip_learn.estimators"``, shows
 what an eager import of the estimators would cost. Target: ``--help`` under 0.5 s on
 2 cores.
+
+Asserted as a comparison within the run, not as a time: what ``--help`` adds to a bare
+Python start is at most half of what the eager import adds to it. A ``--help`` that
+imported torch and scikit-learn would add about all of it (ratio near 1); answering
+without them it adds a few hundredths (a few tens of milliseconds against seconds).
 """
 
 import subprocess
@@ -14,7 +19,7 @@ import time
 
 import pytest
 
-from _bench import paired
+from _bench import check_ratio, paired
 
 COMMANDS = {
     "help": [sys.executable, "-m", "minip_learn", "--help"],
@@ -37,5 +42,14 @@ def test_cli_startup(benchmark, bench_record, quick):
     res = paired(benchmark, _run(COMMANDS["help"]), _run(COMMANDS["bare python"]),
                  rounds=rounds)
     eager = sorted(_run(COMMANDS["import estimators"])() for _ in range(rounds))
-    bench_record("startup", {"rounds": rounds, "eager_median": eager[len(eager) // 2],
-                             **res})
+    eager_median = eager[len(eager) // 2]
+    bench_record("startup", {"rounds": rounds, "eager_median": eager_median, **res})
+    # Margin: the claim (--help under 0.5 s, a bare start being a few hundredths) is
+    # that --help skips the imports a command needs; asserting half of the eager
+    # import's cost leaves the load of a busy machine (3-6x on every start) room and
+    # still fails a --help that imports the estimators.
+    bare = res["baseline_median"]
+    check_ratio("python -m minip_learn --help over a bare start / eager import over it",
+                (res["target_median"] - bare) / (eager_median - bare),
+                claim="--help under 0.5 s on 2 cores, without importing torch or "
+                      "scikit-learn", at_most=0.5)

@@ -4,15 +4,22 @@
 fixed number of epochs (``stop_tolerance=None``: every fit does the same work),
 ``threads_per_fit=1``. The loky worker pool is started by an untimed warm-up sweep, as
 it is in a process that runs several sweeps; serial and parallel sweeps then
-alternate round by round. Ideal speed-up on 2 idle cores: 2x.
+alternate round by round. Ideal speed-up on 2 idle cores: 2x (docs/performance.rst:
+1.94x-1.96x measured there).
+
+Asserted: both sweeps give the same rows (the same fits, whatever runs them), and the
+speed-up serial / ``n_jobs=2`` is at least half the ideal ``min(2, CPU count)``: on 2
+or more cores, ``n_jobs=2`` is not slower than the serial sweep.
 """
 
+import os
 import time
 
+import numpy as np
 import pytest
 from sklearn.base import clone
 
-from _bench import paired
+from _bench import check_ratio, paired
 from minip_learn import KernelAttentionRegressor
 from minip_learn.datasets import make_witness_suite
 from minip_learn.model_selection import rank_sweep
@@ -35,11 +42,13 @@ def test_sweep_serial_vs_parallel(benchmark, bench_record, quick, construction):
     suite = make_witness_suite(24, 3, construction=construction)
     est = KernelAttentionRegressor(feature_map="table", stop_tolerance=None, max_epochs=epochs)
 
+    results = {}
+
     def sweep(n_jobs):
         def run():
             start = time.perf_counter()
-            rank_sweep(est, suite.X, suite.y, ranks=ranks, seeds=seeds, n_jobs=n_jobs,
-                       threads_per_fit=1, progress=False)
+            results[n_jobs] = rank_sweep(est, suite.X, suite.y, ranks=ranks, seeds=seeds,
+                                         n_jobs=n_jobs, threads_per_fit=1, progress=False)
             return time.perf_counter() - start
         return run
 
@@ -50,3 +59,16 @@ def test_sweep_serial_vs_parallel(benchmark, bench_record, quick, construction):
     bench_record("sweep", {"suite": construction, "n_sequences": len(suite.X),
                            "n_fits": len(ranks) * len(seeds), "ranks": ranks, "seeds": seeds,
                            "epochs": epochs, "rounds": rounds, **res})
+    # the same fits either way: every fit is seeded, one thread each
+    serial, parallel = (results[n].results.sort_values(["rank", "seed"]) for n in (1, 2))
+    assert serial["fit_id"].tolist() == parallel["fit_id"].tolist()
+    np.testing.assert_array_equal(serial["max_abs_error"], parallel["max_abs_error"])
+    # Claim: 2x on two idle cores (measured 1.94x-1.96x). Margin: half of it (the
+    # cores' load moves a round's time by 3-6x, though both sides of a round share it),
+    # which still asserts the claim's direction: n_jobs=2 no slower than serial. On a
+    # machine whose cores are busy with other jobs the claim does not hold (the docs
+    # record 0.82x-1.04x there) and this fails: that machine cannot run two fits at once.
+    ideal = min(2, os.cpu_count() or 1)
+    check_ratio(f"witness suite {construction!r}: speed-up of n_jobs=2 over serial",
+                1 / res["ratio"], claim=f"{ideal}x on {ideal} idle cores",
+                at_least=0.5 * ideal)
