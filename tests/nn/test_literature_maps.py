@@ -3,6 +3,7 @@ capabilities, rank validation, estimator fits, and agreement with the reference
 implementations of flash-linear-attention (``fla.modules.feature_map``) when the
 ``fla`` extra is installed."""
 
+import re
 import warnings
 
 import numpy as np
@@ -295,3 +296,37 @@ def test_rebased_equals_fla_on_gpu(fla_maps):
 def test_match_columns_finds_a_permutation():
     a = torch.arange(12.0).reshape(3, 4)
     assert _match_columns(a, a[:, [2, 0, 3, 1]]).tolist() == [1, 3, 0, 2]
+
+
+# -- the maps' contracts: rank messages and saved state -----------------------------------
+RANK_MESSAGES = [
+    ("hedgehog", 1, {}, "2 * proj_dim", "2 (proj_dim=1)"),
+    ("hedgehog", 7, {}, "2 * proj_dim", "6 (proj_dim=3), 8 (proj_dim=4)"),
+    ("dpfp", 1, {}, "2 * proj_dim * nu (nu=1)", "2 (proj_dim=1)"),
+    ("dpfp", 6, {"nu": 2}, "2 * proj_dim * nu (nu=2)", "4 (proj_dim=1), 8 (proj_dim=2)"),
+    ("rebased", 1, {}, "proj_dim * (proj_dim + 1) / 2 with proj_dim >= 2", "3 (proj_dim=2)"),
+    ("rebased", 4, {}, "proj_dim * (proj_dim + 1) / 2 with proj_dim >= 2",
+     "3 (proj_dim=2), 6 (proj_dim=3)"),
+    ("rebased", 20, {}, "proj_dim * (proj_dim + 1) / 2 with proj_dim >= 2",
+     "15 (proj_dim=5), 21 (proj_dim=6)"),
+]
+
+
+@pytest.mark.parametrize(("name", "rank", "kw", "form", "nearest"), RANK_MESSAGES,
+                         ids=[f"{n}-{r}" for n, r, *_ in RANK_MESSAGES])
+def test_impossible_rank_message_states_the_form_and_the_nearest_ranks(
+        name, rank, kw, form, nearest):
+    """The message gives the form of the valid ranks and the valid ranks next to the
+    one asked for, each with its ``proj_dim`` (only the one above when none is
+    below)."""
+    expected = (f"feature_map={name!r} has rank {form}; rank={rank} is not of this form "
+                f"(nearest valid ranks: {nearest}).")
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        make_feature_map(name, 6, rank, **kw)
+
+
+def test_rebased_saves_its_parameters_not_its_pair_indices():
+    """The state dict of ``rebased`` holds the encoder, ``gamma`` and ``beta``; the
+    indices of the pairs ``j < k`` follow from the rank."""
+    phi = make_feature_map("rebased", 6, 6)
+    assert set(phi.state_dict()) == {"encoder.weight", "encoder.bias", "gamma", "beta"}

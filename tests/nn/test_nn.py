@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from minip_learn.nn import (
+    AffineReadout,
     KernelAttentionHead,
     SoftmaxAttentionHead,
+    ValueMap,
     attention,
     available_feature_maps,
     get_feature_map,
@@ -262,3 +264,47 @@ def test_attention_multiplicities_are_optional_weights():
     scores = torch.rand(2, 5, 5, generator=g)
     torch.testing.assert_close(attention.softmax_weights(scores, ones),
                                torch.softmax(scores, -1))
+
+
+# -- the value map and the affine readout: their batched form's parameters ----------------
+def _affine_readout_reference(x, u, weight, weight_bias, bias, bias_const):
+    """``rho_x(u) = <W x + w_0, u> + <c, x> + b_0``."""
+    return ((x @ weight.T + weight_bias) * u).sum(-1) + x @ bias.reshape(-1) + bias_const
+
+
+def test_value_map_batched_parameters_are_its_affine_map():
+    """``fused_parameters()`` gives the module's own parameters ``V`` and ``c`` of
+    ``v(x) = V x + c``, under the roles ``"weight"`` and ``"bias"``."""
+    vm = ValueMap(4, 3).double()
+    g = torch.Generator().manual_seed(0)
+    V, c = (torch.randn(s, generator=g, dtype=torch.float64) for s in [(3, 4), (3,)])
+    vm.set_affine(V, c)
+    roles = vm.fused_parameters()
+    assert set(roles) == {"weight", "bias"}
+    assert {id(p) for p in roles.values()} == {id(p) for p in vm.parameters()}
+    torch.testing.assert_close(roles["weight"].detach(), V)
+    torch.testing.assert_close(roles["bias"].detach(), c)
+    x = torch.randn(2, 5, 4, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(vm(x), x @ V.T + c)
+
+
+def test_affine_readout_batched_parameters_are_those_of_set_affine():
+    """``fused_parameters()`` gives the module's own parameters under the roles of
+    :meth:`set_affine`: ``w(x) = weight x + weight_bias`` and ``b(x) = <bias, x> +
+    bias_const``; the readout is ``<w(x), u> + b(x)`` of them."""
+    ro = AffineReadout(4, 3).double()
+    g = torch.Generator().manual_seed(1)
+    W, w0, c = (torch.randn(s, generator=g, dtype=torch.float64) for s in [(3, 4), (3,), (4,)])
+    ro.set_affine(W, w0, c, -0.75)
+    roles = ro.fused_parameters()
+    assert set(roles) == {"weight", "weight_bias", "bias", "bias_const"}
+    assert {id(p) for p in roles.values()} == {id(p) for p in ro.parameters()}
+    torch.testing.assert_close(roles["weight"].detach(), W)
+    torch.testing.assert_close(roles["weight_bias"].detach(), w0)
+    torch.testing.assert_close(roles["bias"].detach(), c.reshape(1, 4))
+    torch.testing.assert_close(roles["bias_const"].detach(),
+                               torch.tensor([-0.75], dtype=torch.float64))
+    x = torch.randn(2, 5, 4, generator=g, dtype=torch.float64)
+    u = torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(ro(x, u), _affine_readout_reference(
+        x, u, *(roles[k].detach() for k in ["weight", "weight_bias", "bias", "bias_const"])))
