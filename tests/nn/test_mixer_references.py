@@ -46,7 +46,17 @@ the query-dependent affine readout ``y_t = <W x_t + w_0, u_t> + <c', x_t> + b_0`
 * ``softmax`` (Vaswani et al. 2017, causal): the cache of the keys and values seen,
   ``u_t = sum_{j <= t} exp(s_tj) v_j / sum_{j <= t} exp(s_tj)``,
   ``s_tj = q_t^T k_j / tau``.
+
+The last section checks the mixers' contracts: ``step`` from ``initial_state`` (batch
+first, of the dtype and device asked) against the references, ``state_floats``, the
+forms on the device of their tokens, the ``theorem`` declarations of subclasses, the
+default final-query form and its blocks of sequences, the constructors' options
+(feature maps, the signed kernel's guarded denominator, Mamba's and softmax's
+initialisation), ``data_kwargs``, user mixers, the messages of ``check_mixer_output``,
+and the blocks of :func:`~minip_learn.nn.mixers.mamba.selective_readouts`.
 """
+
+import math
 
 import pytest
 import torch
@@ -352,3 +362,393 @@ def test_every_form_equals_the_reference_recurrence(case, seq_len):
     if seq_len >= 2:  # every parameter shapes the outputs: the comparisons can fail
         unused = {what for what, size in seen.items() if size < 1e-6}
         assert unused == {what for mixer, what in INVARIANT if mixer == name}, seen
+
+
+# -- the mixers' contracts ------------------------------------------------------------
+# The recurrent form step by step from ``initial_state`` against the references, the
+# state's floats, devices and dtypes, the declarations of subclasses, the options of the
+# constructors and ``data_kwargs``, user mixers and the messages of ``check_mixer_output``.
+def _signed_kernel(mixer, x, eps, *, gamma=1.0, positional=False):
+    """The normalised kernel recurrence of the signed ``identity`` map ``phi(x) = W x + b``
+    with its guarded denominator ``sign(den) max(|den|, eps)`` (``sign(0) = +1``); also
+    returns every denominator."""
+    head = mixer.head
+    S = x.new_zeros(x.shape[0], mixer.state_size, mixer.value_dim)
+    s = x.new_zeros(x.shape[0], mixer.state_size)
+    out, dens = [], []
+    for t in range(x.shape[1]):
+        x_t = x[:, t]
+        phi_q = _affine(head.query_features.encoder, x_t)
+        phi_k = _affine(head.key_features.encoder, x_t)
+        if positional:
+            phi_q = torch.exp(head.position_query[t]) * phi_q
+            phi_k = torch.exp(head.position_key[t]) * phi_k
+        S = gamma * S + _outer(phi_k, _value(mixer, x_t))
+        s = gamma * s + phi_k
+        den = (phi_q * s).sum(-1, keepdim=True)
+        guarded = torch.where(den < 0, -1.0, 1.0) * torch.clamp(den.abs(), min=eps)
+        out.append(_read(S, phi_q) / guarded)
+        dens.append(den)
+    return torch.stack(out, 1), torch.cat(dens, 1)
+
+
+def _options(name, options):
+    """``options`` with what the mixer needs to be built (``positional``'s ``max_len``)."""
+    return {"max_len": MAX_LEN, **options} if name == "positional" else dict(options)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_step_from_the_initial_state_is_the_reference_recurrence(case):
+    name, options = case
+    torch.manual_seed(CASES.index(case))
+    mixer = _mixer(name, 2, options)
+    x = _tokens(6, 5, "real", CASES.index(case)).detach()  # 6: no dimension of the state
+    for dtype in (torch.float32, torch.float64):
+        state = mixer.initial_state(6, dtype=dtype, device=torch.device("cpu"))
+        assert isinstance(state, tuple) and state
+        for tensor in state:  # batch first, of the dtype asked, nothing read yet:
+            assert tensor.dtype == dtype and tensor.shape[0] == 6 and tensor.ndim >= 2
+            # zeros (a running maximum of log-features starts at -inf)
+            assert bool(((tensor == 0) | (tensor == -float("inf"))).all())
+    want = REFERENCES[name](mixer, x, options)
+    with torch.no_grad():
+        for t in range(x.shape[1]):
+            # the first token at the default position, 0
+            state, u_t = (mixer.step(state, x[:, t], position=t) if t
+                          else mixer.step(state, x[:, t]))
+            torch.testing.assert_close(u_t, want[:, t], rtol=1e-9, atol=1e-10)
+            if name != "softmax":
+                assert sum(s[0].numel() for s in state) == mixer.state_floats()
+        assert sum(s[0].numel() for s in state) == mixer.state_floats(x.shape[1])
+
+
+@pytest.mark.parametrize("case", CASES, ids=_case_id)
+def test_every_form_computes_on_the_device_of_its_tokens(case):
+    """The meta device computes shapes only: a tensor made without the tokens' device
+    (on the CPU) meets a meta tensor and raises."""
+    name, options = case
+    meta = torch.device("meta")
+    mixer = make_mixer(name, N_BITS, 2, value_dim=VALUE_DIM, **_options(name, options))
+    mixer = mixer.double().to(meta)
+    x = torch.zeros(3, 5, N_BITS, dtype=torch.float64, device=meta)
+    for tensor in mixer.initial_state(3, dtype=torch.float64, device=meta):
+        assert tensor.device == meta and tensor.dtype == torch.float64
+    for form, (call, key) in FORMS.items():
+        out = call(mixer, x)
+        assert out.device == meta and out.dtype == torch.float64, form
+        assert out.shape == {"y": (3, 5), "y_last": (3, 1), "u": (3, 5, VALUE_DIM),
+                             "u_last": (3, VALUE_DIM)}[key], form
+
+
+def test_the_state_of_softmax_needs_the_tokens_seen():
+    mixer = make_mixer("softmax", N_BITS, 2, value_dim=VALUE_DIM)
+    assert mixer.state_floats(seq_len=7) == 7 * (2 + VALUE_DIM)
+    with pytest.raises(ValueError, match="^the state of softmax attention grows with the "
+                                         "tokens seen: state_floats needs seq_len.$"):
+        mixer.state_floats()
+
+
+def _running_mean_class(**declarations):
+    """A user's :class:`Mixer` subclass, made at run time: the running mean of the values,
+    with no final-query form of its own (the base's ``attend_last``)."""
+    from minip_learn.nn import Mixer
+
+    def attend(self, x):
+        v = self.value(x)
+        return v.cumsum(1) / torch.arange(1, x.shape[1] + 1).to(v)[:, None]
+
+    def state_floats(self, seq_len=None):  # the sum of the values and the count
+        return self.value_dim + 1
+
+    return type("RunningMean", (Mixer,), {"attend": attend, "state_floats": state_floats,
+                                          **declarations})
+
+
+def test_a_mixer_subclass_declares_theorem_read_only_on_its_instances():
+    cls = _running_mean_class(theorem="positional")
+    mixer = cls(N_BITS, 2)
+    assert cls.theorem == "positional" and mixer.theorem == "positional"
+    with pytest.raises(AttributeError, match=r"^theorem is a declaration of the class "
+                                             r"RunningMean \('positional'\); an instance "
+                                             r"cannot set it$"):
+        mixer.theorem = "yes"
+    with pytest.raises(NotImplementedError, match="^RunningMean declares no per-token maps$"):
+        mixer.token_maps(torch.zeros(1, 2, N_BITS))
+
+
+def test_an_instance_failing_a_subclass_condition_reads_no():
+    cls = _running_mean_class(theorem="yes", theorem_condition="never",
+                              meets_theorem_condition=lambda self: False)
+    assert cls.theorem == "yes" and cls(N_BITS, 2).theorem == "no"
+
+
+@pytest.mark.parametrize("name", ["kernel", "softmax"])
+def test_a_subclass_that_declares_nothing_inherits_its_parents_declarations(name):
+    from minip_learn.nn import get_mixer
+
+    parent = get_mixer(name)
+    child = type("Child", (parent,), {})
+    assert child.theorem == parent.theorem and child(N_BITS, 2).theorem == parent.theorem
+    if name == "kernel":  # and the condition: a signed kernel is outside the bound
+        assert child(N_BITS, 2, feature_map="identity").theorem == "no"
+
+
+def test_the_default_final_query_form_is_the_last_mixed_vector():
+    torch.manual_seed(0)
+    mixer = _running_mean_class(theorem="no")(N_BITS, 2, value_dim=VALUE_DIM).double()
+    x = torch.randn(3, 4, N_BITS, dtype=torch.float64)
+    want = _value(mixer, x).mean(1)  # the mean of the four values
+    torch.testing.assert_close(mixer.attend_last(x), want)
+    torch.testing.assert_close(mixer(x, last=True), _readout(mixer, x[:, -1:], want[:, None]))
+
+
+class _Cumulative(torch.nn.Module):
+    """A user's mixer: the running sum of the tokens' bits."""
+
+    def __init__(self, n_bits, state_size):
+        super().__init__()
+
+    def forward(self, x):
+        return x.sum(-1).cumsum(-1)
+
+
+def test_a_user_mixer_declares_no_value_dim_and_no_recurrent_form():
+    from minip_learn.nn import UserMixer
+
+    mixer = make_mixer(_Cumulative, N_BITS, 2)
+    assert isinstance(mixer, UserMixer) and mixer.value_dim is None
+    name = f"{_Cumulative.__module__}.{_Cumulative.__qualname__}"
+    with pytest.raises(NotImplementedError, match=(
+            rf"^mixer='{name}' has no recurrent form \(its module defines no recurrent "
+            rf"method\)\.$")):
+        mixer.recurrent(torch.zeros(1, 2, N_BITS))
+
+
+class _Raising(_Cumulative):
+    def forward(self, x):
+        raise RuntimeError("no tokens today")
+
+
+class _PerToken(_Cumulative):
+    def forward(self, x):
+        return x[..., :3]
+
+
+class _NaNs(_Cumulative):
+    """NaN at positions 1, 3 and 4 of sequence 0 and at position 4 of sequence 2."""
+
+    def forward(self, x):
+        out = x.sum(-1)
+        out[0, 1] = out[0, 3] = out[0, 4] = out[2, 4] = float("nan")
+        return out
+
+
+@pytest.mark.parametrize("user, message", [
+    (_Raising, r"^mixer='my mixer' fails on tokens of shape \(3, 5, 4\) \(batch, seq_len, "
+               r"n_bits\): RuntimeError: no tokens today$"),
+    (_PerToken, r"^mixer='my mixer' must map tokens of shape \(batch, seq_len, n_bits\) to "
+                r"outputs of shape \(batch, seq_len\) = \(3, 5\); got shape \(3, 5, 3\)\.$"),
+    (_NaNs, r"^mixer='my mixer' returns NaN or infinite outputs on 2 of the 3 sequences\.$"),
+])
+def test_check_mixer_output_names_the_mixer_and_what_is_wrong(user, message):
+    from minip_learn.nn import check_mixer_output
+
+    mixer = make_mixer(user, N_BITS, 2)
+    with pytest.raises(ValueError, match=message):
+        check_mixer_output(mixer, torch.ones(3, 5, N_BITS), "my mixer")
+
+
+def test_mamba_initialisation():
+    """``Delta`` starts log-uniform in ``[dt_min, dt_max]`` (the step of a zero token is
+    ``softplus(c_D)``), ``B_t = W_B x_t`` and ``C_t = W_C x_t`` have no bias."""
+    torch.manual_seed(0)
+    for dt_min, dt_max, options in ((1e-3, 1e-1, {}), (0.3, 1.0, {"dt_min": 0.3,
+                                                                 "dt_max": 1.0})):
+        mixer = make_mixer("mamba", N_BITS, 2, value_dim=200, **options).double()
+        zero = torch.zeros(1, N_BITS, dtype=torch.float64)
+        delta = _softplus(_affine(mixer.delta, zero))[0]
+        assert delta.min() >= dt_min * (1 - 1e-6) and delta.max() <= dt_max * (1 + 1e-6)
+        below = float((delta < (dt_min * dt_max) ** 0.5).double().mean())
+        assert 0.35 < below < 0.65, below  # half below the geometric middle
+        maps = mixer.token_maps(zero)
+        assert not maps.B.any() and not maps.C.any()
+
+
+def test_softmax_options_reach_its_head():
+    """``score_init_scale`` scales torch's initialisation of the query and key weights,
+    uniform in ``+-1 / sqrt(m)``; ``algorithm`` is validated by the head."""
+    torch.manual_seed(0)
+    bound = N_BITS ** -0.5
+    for options, scale in (({}, 0.1), ({"score_init_scale": 1.0}, 1.0)):
+        head = make_mixer("softmax", N_BITS, 16, **options).head
+        for weight in (head.query.weight, head.key.weight):
+            largest = float(weight.detach().abs().max())
+            assert 0.8 * scale * bound < largest <= scale * bound, (options, largest)
+    with pytest.raises(ValueError, match="^algorithm must be one of"):
+        make_mixer("softmax", N_BITS, 2, algorithm="fast")
+
+
+#: the normalised kernel mixers, and their base class built with the head's defaults
+KERNEL_MIXERS = [("kernel", {}), ("retnet", {"decay": 0.8}), ("positional", {}),
+                 ("KernelHeadMixer", {})]
+
+
+def _kernel_mixer(name, state_size, options):
+    """A kernel mixer by name, or the base of the kernel mixers, ``KernelHeadMixer``
+    (the causal head with no positional map), built with ``options``."""
+    from minip_learn.nn.mixers.kernel import KernelHeadMixer
+
+    mixer = KernelHeadMixer if name == "KernelHeadMixer" else name
+    return make_mixer(mixer, N_BITS, state_size, **_options(name, options))
+
+
+def _mlp(m, width, r):
+    """Weights and biases of an encoder with one hidden layer, ``m -> width -> r``."""
+    return m * width + width + width * r + r
+
+
+def test_linear_attention_passes_its_feature_kwargs_to_both_maps():
+    mixer = make_mixer("linear", N_BITS, 3, feature_map="relu",
+                       feature_kwargs={"depth": 1, "width": 5})
+    for features in (mixer.query_features, mixer.key_features):
+        assert sum(p.numel() for p in features.parameters()) == _mlp(N_BITS, 5, 3)
+
+
+@pytest.mark.parametrize("case", KERNEL_MIXERS, ids=_case_id)
+def test_kernel_mixers_pass_their_feature_options_to_the_maps(case):
+    """The encoder ``phi(x) = activation(MLP(x))`` with ``feature_depth`` hidden layers of
+    ``feature_width`` units (64 by default), ``feature_kwargs`` first; ``shared_features``
+    makes ``phi_Q = phi_K``."""
+    name, options = case
+    m, r = N_BITS, 3
+
+    def parameters(**given):
+        mixer = _kernel_mixer(name, r, {**options, **given})
+        return sum(p.numel() for p in mixer.query_features.parameters())
+
+    torch.manual_seed(0)
+    assert parameters() == m * r + r  # elu+1 of a linear map by default
+    assert parameters(feature_depth=1) == _mlp(m, 64, r)
+    assert parameters(feature_depth=1, feature_width=8) == _mlp(m, 8, r)
+    assert parameters(feature_depth=1, feature_width=8,
+                      feature_kwargs={"width": 5}) == _mlp(m, 5, r)
+    x = torch.randn(2, 4, m)
+    with torch.no_grad():
+        for shared in (None, False, True):
+            mixer = _kernel_mixer(name, r, {**options, **(
+                {} if shared is None else {"shared_features": shared})})
+            same = torch.equal(mixer.query_features(x), mixer.key_features(x))
+            assert same == bool(shared)
+            assert sum(p.numel() for p in mixer.parameters()) == (
+                sum(p.numel() for p in mixer.head.value.parameters())
+                + sum(p.numel() for p in mixer.head.readout.parameters())
+                + (1 if shared else 2) * (m * r + r)
+                + (2 * MAX_LEN * r if name == "positional" else 0))
+
+
+@pytest.mark.parametrize("case", KERNEL_MIXERS, ids=_case_id)
+def test_kernel_mixers_guard_a_signed_denominator_with_denominator_eps(case):
+    """A signed kernel's denominator ``den`` is replaced by ``sign(den) max(|den|, eps)``
+    (``eps = denominator_eps``, default ``1e-3``)."""
+    name, options = case
+    gamma, positional = options.get("decay", 1.0), name == "positional"
+    torch.manual_seed(1)
+    x = _tokens(3, 7, "real", 1).detach()
+    for eps in (None, 0.5):
+        given = {} if eps is None else {"denominator_eps": eps}
+        mixer = _kernel_mixer(name, 2, {"feature_map": "identity", **options, **given})
+        with torch.no_grad():
+            for p in mixer.parameters():
+                p.add_(0.3 * torch.randn_like(p))
+        mixer = mixer.double()
+        eps = 1e-3 if eps is None else eps
+        want, dens = _signed_kernel(mixer, x, eps, gamma=gamma, positional=positional)
+        # denominators in (1e-3, 0.5) and above 0.5: the outputs tell eps = 1e-3, 0.5
+        # and a larger one apart
+        assert ((dens.abs() > 1e-3) & (dens.abs() < 0.5)).any() and (dens.abs() > 1).any()
+        with torch.no_grad():
+            torch.testing.assert_close(mixer.attend(x), want, rtol=1e-9, atol=1e-10)
+
+
+def test_data_kwargs_give_the_vocabulary_of_a_table_and_the_longest_sequence():
+    import numpy as np
+
+    from minip_learn.nn import get_mixer
+
+    gen = np.random.default_rng(0)
+    X = gen.integers(0, 2, size=(6, 5, N_BITS))  # 5 tokens of 4 bits: 30 tokens
+    distinct = {tuple(token) for token in X.reshape(-1, N_BITS).tolist()}
+    for name in ("kernel", "retnet", "positional", "linear", "mamba"):
+        cls = get_mixer(name)
+        length = {"max_len": 5} if name == "positional" else {}
+        assert cls.data_kwargs(X) == length
+        assert cls.data_kwargs(X, feature_map="exp") == length
+        if name == "positional":
+            assert cls.data_kwargs(X, max_len=9) == {}
+        if name not in ("kernel", "retnet", "positional"):
+            continue
+        for given in (None, {"init_scale": 0.5}):
+            out = cls.data_kwargs(X, feature_map="table", feature_kwargs=given)
+            assert set(out) == {"feature_kwargs", *length}
+            kwargs = out["feature_kwargs"]
+            assert set(kwargs) == {"vocabulary", *(given or {})}
+            assert kwargs.get("init_scale") == (given or {}).get("init_scale")
+            vocabulary = kwargs["vocabulary"]
+            assert vocabulary.dtype == np.uint8 and vocabulary.shape[1] == N_BITS
+            assert sorted(map(tuple, vocabulary.tolist())) == sorted(distinct)
+        mixer = make_mixer(name, N_BITS, 2, feature_map="table", **out)
+        assert mixer(torch.as_tensor(X, dtype=torch.float32)).shape == (6, 5)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("lead", [(), (2,)])
+def test_selective_readouts_work_in_blocks_of_its_buffer(lead):
+    """``G[i, c] = sum_n keys[i, n] exp(A[c, n] steps[i, c])``, computed in blocks of a
+    work buffer of ``rows`` rows that no block resizes (torch warns when it would)."""
+    from minip_learn.nn.mixers.mamba import selective_readouts
+
+    gen = torch.Generator().manual_seed(0)
+    steps = torch.rand(*lead, 5, 2, generator=gen, dtype=torch.float64)
+    keys = torch.randn(*lead, 5, 3, generator=gen, dtype=torch.float64)
+    A = -torch.rand(*lead, 2, 3, generator=gen, dtype=torch.float64)
+    want = (keys[..., :, None, :] * torch.exp(A[..., None, :, :] * steps[..., None])).sum(-1)
+    torch.testing.assert_close(selective_readouts(steps, keys, A, rows=2), want)
+
+
+@pytest.mark.parametrize("name", ["softmax", "mamba"])
+def test_the_final_query_runs_in_blocks_of_about_last_block_floats(name):
+    """``forward(x, last=True)`` splits the batch into blocks of
+    ``LAST_BLOCK_FLOATS // state_floats(N)`` sequences (softmax's state grows with the
+    ``N`` tokens); a batch no larger than a block is one block."""
+    mixer = make_mixer(name, N_BITS, 2, value_dim=VALUE_DIM)
+    x = torch.zeros(7, 2, N_BITS)
+    calls, attend_last = [], mixer.attend_last
+    mixer.attend_last = lambda part: calls.append(len(part)) or attend_last(part)
+    mixer.LAST_BLOCK_FLOATS = 3 * mixer.state_floats(2) + 1  # three sequences a block
+    assert mixer(x, last=True).shape == (7, 1)
+    assert mixer(x[:3], last=True).shape == (3, 1)
+    assert calls == [3, 3, 1, 3]
+
+
+def test_selective_readouts_computes_each_row_once_in_blocks_of_rows(monkeypatch):
+    """Blocks of ``rows`` rows (1024 by default), each row in one block; fewer than 1
+    row a block is refused."""
+    from minip_learn.nn.mixers import mamba
+
+    blocks, decays = [], mamba._decays
+
+    def spy(steps, *args):
+        blocks.append(steps.shape[-2])
+        return decays(steps, *args)
+
+    monkeypatch.setattr(mamba, "_decays", spy)
+    A = -torch.ones(2, 3)
+    for n_rows, rows, want in ((5, 2, [2, 2, 1]), (1025, None, [1024, 1])):
+        blocks.clear()
+        given = {} if rows is None else {"rows": rows}
+        out = mamba.selective_readouts(torch.ones(n_rows, 2), torch.ones(n_rows, 3), A,
+                                       **given)
+        torch.testing.assert_close(out, torch.full((n_rows, 2), 3 * math.exp(-1.0)))
+        assert blocks == want
+    with pytest.raises(ValueError, match=r"^rows must be at least 1; got 0\.$"):
+        mamba.selective_readouts(torch.ones(5, 2), torch.ones(5, 3), A, rows=0)
