@@ -2,6 +2,7 @@
 
 import itertools
 import math
+from decimal import Decimal
 from fractions import Fraction
 
 import numpy as np
@@ -33,6 +34,7 @@ from minip_learn.theory import (
 )
 from minip_learn.theory.bounds import (
     denominator_sums,
+    gap_denominator,
     integer_above,
     rank_from_denominators,
     rank_from_sums,
@@ -598,3 +600,208 @@ def test_bound_table_headline_is_recomputed_independently():
     assert _independent_product_bound([8] * 8, 3, 4) == 3048
     assert _independent_product_bound([16] * 4, 3, 4) == 2802
     assert _independent_product_bound([12, 12], 3, 10**6) == 18
+
+
+# --------------------------------------------------------------------------- argument contracts
+# R4, R5 and R8 name the offending argument in every validation message, accept the
+# boundary values their statements allow, and return the documented types.
+@pytest.mark.parametrize("func", [gap_domination_ratio, gap_denominator])
+def test_r4_arguments_are_named_in_messages(func):
+    with pytest.raises(ValueError, match=r"^seq_len must be an integer; got 3\.0 \(float\)\.$"):
+        func(3.0, 4)
+    with pytest.raises(ValueError, match=r"^gap must be an integer; got 4\.0 \(float\)\.$"):
+        func(3, 4.0)
+
+
+def test_r4_exact_ratio_is_a_fraction():
+    # eps(N, g) = 1 / ((N-2)(g-1)): 1/3 at N = 5, g = 2, a number no float equals
+    eps = gap_domination_ratio(5, 2, exact=True)
+    assert type(eps) is Fraction and eps == Fraction(1, (5 - 2) * (2 - 1))
+    assert type(gap_domination_ratio(5, 2)) is float
+
+
+def test_r4_mixture_weight_contract():
+    def mu(N, ax, ay, az):   # mu = (N-2)(a_x + (N-1) a_z) / ((N-1)(a_x + a_y + (N-2) a_z))
+        return Fraction((N - 2) * (ax + (N - 1) * az), (N - 1) * (ax + ay + (N - 2) * az))
+
+    # zero kernel values are allowed (nonnegative), one at a time; scalars give floats
+    for a in ((0, 1, 1), (1, 0, 1), (1, 1, 0), (0, 0, 1)):
+        w = gap_mixture_weight(4, *a)
+        assert type(w) is float and w == float(mu(4, *a))
+    # kernel values are float64: large Python integers do not overflow (N-1) a_z in int64
+    big = 2**62
+    assert gap_mixture_weight(4, 0, big, big) == pytest.approx(float(mu(4, 0, big, big)),
+                                                               rel=1e-15)
+    arr = gap_mixture_weight(3, [Fraction(0)], [Fraction(1)], [Fraction(1)])
+    assert isinstance(arr, np.ndarray) and arr.dtype == np.float64 and arr.tolist() == [0.5]
+    msg = r"^kernel values a_x, a_y, a_z must be nonnegative\.$"
+    for a in ((-0.5, 1, 1), (1, -0.5, 1), (1, 1, -0.5)):
+        with pytest.raises(ValueError, match=msg):
+            gap_mixture_weight(3, *a)
+    with pytest.raises(ValueError, match=r"^seq_len must be >= 3; got 2\.$"):
+        gap_mixture_weight(2, 1.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match=r"^seq_len must be an integer; got 3\.0 \(float\)\.$"):
+        gap_mixture_weight(3.0, 1.0, 1.0, 1.0)
+
+
+def test_r5_eps_validation_messages():
+    with pytest.raises(ValueError, match=r"^n must be an integer; got 2\.0 \(float\)\.$"):
+        approximate_identity_rank_bound(2.0, 0.1)
+    with pytest.raises(ValueError, match=r"^eps must be a real number; got True\.$"):
+        approximate_identity_rank_bound(3, True)
+    with pytest.raises(ValueError, match=r"^eps must be a real number; got '0\.1'\.$"):
+        approximate_identity_rank_bound(3, "0.1")
+    with pytest.raises(ValueError, match=r"^eps must be finite; got inf\.$"):
+        approximate_identity_rank_bound(3, math.inf)
+    with pytest.raises(ValueError, match=r"^eps must be >= 0; got -0\.5\.$"):
+        approximate_identity_rank_bound(3, -0.5)
+    with pytest.raises(ValueError, match=r"^eps must be >= 0; got -1\.$"):
+        approximate_identity_rank_bound(2, [[0, -1], [0, 0]])
+
+
+def test_r5_integer_eps_is_read_exactly():
+    # value = n^2 / (n + sum_{i != j} eps_ij^2), exact for integers beyond 2**53
+    e = 2**53 + 1
+    assert approximate_identity_rank_bound(2, e, return_value=True) == (
+        1, Fraction(2 * 2, 2 + 2 * 1 * e * e))
+    assert approximate_identity_rank_bound(2, [[0, e], [0.5, 0]], return_value=True) == (
+        1, Fraction(2 * 2) / (2 + e * e + Fraction(1, 4)))
+    # n = 1: B = (1), rank 1 and value n^2 / n = 1
+    assert approximate_identity_rank_bound(1, 0.5, return_value=True) == (1, Fraction(1))
+
+
+def test_r8_arguments_and_boundaries():
+    # q log2(s + 1): s = 0 is one possible value, no information
+    assert transcript_lower_bound(3, 0) == 0.0
+    assert channel_capacity_bits(1, 1, 1, 1) == 1
+    for bad, name in (((1.5, 2), "n_answers"), ((2, 1.5), "alphabet_size")):
+        with pytest.raises(ValueError, match=rf"^{name} must be an integer; got 1\.5 \(float\)\.$"):
+            transcript_lower_bound(*bad)
+    with pytest.raises(ValueError, match=r"^alphabet_size must be >= 0; got -1\.$"):
+        transcript_lower_bound(2, -1)
+    names = ("n_heads", "n_layers", "rank", "bits_of_precision")
+    for k, name in enumerate(names):
+        args = [1, 1, 1, 1]
+        args[k] = 0
+        with pytest.raises(ValueError, match=rf"^{name} must be >= 1; got 0\.$"):
+            channel_capacity_bits(*args)
+        args[k] = 2.0
+        with pytest.raises(ValueError, match=rf"^{name} must be an integer; got 2\.0 \(float\)\.$"):
+            channel_capacity_bits(*args)
+
+
+def test_r5_per_pair_dominance_by_rows_or_by_columns():
+    # rows of eps sum to exactly 1 off the diagonal, the first column to 5/4:
+    # strict dominance of B's rows gives rank n; the trace bound alone would give
+    # integer_above(9 / (3 + 13/8)) = integer_above(72/37) = 2
+    h, q = Fraction(1, 2), Fraction(1, 4)
+    eps = [[0, h, h], [h, 0, h], [3 * q, q, 0]]
+    sum_sq = sum(e * e for row in eps for e in row)
+    assert sum_sq == Fraction(13, 8)
+    assert math.floor(Fraction(9) / (3 + sum_sq)) + 1 == 2
+    eps_t = [list(col) for col in zip(*eps)]
+    for E in (eps, eps_t, np.array(eps, dtype=object)):
+        assert approximate_identity_rank_bound(3, E, return_value=True) == (
+            3, Fraction(9) / (3 + sum_sq))
+
+
+def test_resolve_near_integer_reads_numbers_by_kind():
+    def never():
+        raise AssertionError("the exact value is not needed here")
+
+    # integers of any kind are exact and returned as they are
+    three = np.int64(3)
+    assert resolve_near_integer(three, never) is three
+    # other real numbers are read as floats; near an integer, exactly
+    assert resolve_near_integer(np.float32(2.5), never) == 2.5
+    assert resolve_near_integer(np.float32(3.0)) == Fraction(3)
+    # without an exact value the float itself is the binary rational it is
+    v = 1 + 2.0**-40
+    r = resolve_near_integer(v)
+    assert type(r) is Fraction and r == Fraction(2**40 + 1, 2**40)
+    r = resolve_near_integer(15.0, lambda: 15)
+    assert type(r) is Fraction and r == 15
+    assert math.isnan(resolve_near_integer(math.nan, never))
+    assert resolve_near_integer(-math.inf, never) == -math.inf
+
+
+def test_resolve_near_integer_tolerance_is_relative_above_one():
+    # within INTEGER_TOLERANCE * max(1, |v|) of an integer: decided exactly
+    def never():
+        raise AssertionError("the exact value is not needed here")
+
+    assert resolve_near_integer(1.5e-9, never) == 1.5e-9          # 1.5e-9 > 1e-9 * 1
+    assert resolve_near_integer(0.5e-9, lambda: 0) == 0            # 0.5e-9 <= 1e-9
+    assert resolve_near_integer(1e-9, lambda: 0) == 0              # at the tolerance: within
+    assert resolve_near_integer(1e6 + 2e-3, never) == 1e6 + 2e-3   # 2e-3 > 1e-9 * 1e6
+    assert resolve_near_integer(1e6 + 5e-4, lambda: 10**6) == 10**6
+    assert resolve_near_integer(-1e6 - 5e-4, lambda: -(10**6)) == -(10**6)
+    assert integer_above(1e6 + 5e-4, lambda: Fraction(10**6)) == 10**6 + 1
+    assert integer_above(1e6 + 2e-3, never) == 10**6 + 1
+
+
+def test_rank_from_sums_contract():
+    # n <= 1: rank 1, value 1, whatever the statistics
+    assert rank_from_sums(0, 0) == (1, Fraction(1), True)
+    assert rank_from_sums(1, Fraction(5), Fraction(3)) == (1, Fraction(1), True)
+    # integers are exact: n^2 / (n + S) = 16 / 16 = 1, so the rank is 2
+    r, v, d = rank_from_sums(4, 12)
+    assert (r, v, d) == (2, Fraction(1), False) and type(v) is Fraction
+    r, v, d = rank_from_sums(4, 1.5)
+    assert (r, v, d) == (3, 16 / 5.5, False) and type(v) is float
+    # dominance by columns alone, or by rows alone; a sum above 1 does not dominate
+    assert rank_from_sums(4, 1.5, None, Fraction(1)) == (4, 16 / 5.5, True)
+    assert rank_from_sums(4, 1.5, 2, 1) == (4, 16 / 5.5, True)
+    assert rank_from_sums(4, 1.5, 1, 2) == (4, 16 / 5.5, True)
+    assert rank_from_sums(4, 1.5, 2, 2) == (3, 16 / 5.5, False)
+    # float sums next to 1 are decided by the exact sums when given, else as read
+    up = 1 + 2.0**-52
+    for kw in ("exact_max_row_sum", "exact_max_col_sum"):
+        sums = (up, None) if kw == "exact_max_row_sum" else (None, up)
+        assert rank_from_sums(4, 1.5, *sums, **{kw: lambda: Fraction(1)})[2] is True
+        assert rank_from_sums(4, 1.5, *sums, **{kw: lambda: Fraction(1, 10**20) + 1})[2] is False
+        assert rank_from_sums(4, 1.5, *sums) == (3, 16 / 5.5, False)
+    # the rank never exceeds n
+    assert rank_from_sums(3, Fraction(0)) == (3, Fraction(3), False)
+    # other real number types are computed with as they are
+    assert rank_from_sums(4, Decimal("1.5")) == (3, Decimal(16) / Decimal("5.5"), False)
+
+
+def test_denominator_sums_exact_beyond_int64_and_edge_shapes():
+    def stats(K):   # sum_{i != j} 1/K_ij^2, largest row and column sums of 1/K_ij
+        n = len(K)
+        E = [[Fraction(1, K[i][j]) for j in range(n)] for i in range(n)]
+        off = [(i, j) for i in range(n) for j in range(n) if i != j]
+        return (sum(E[i][j] ** 2 for i, j in off),
+                max(sum(E[i][j] for j in range(n) if j != i) for i in range(n)),
+                max(sum(E[i][j] for i in range(n) if i != j) for j in range(n)))
+
+    K = [[1, 2**70, 2], [3, 1, 5], [4, 7, 1]]
+    got = denominator_sums(np.array(K, dtype=object))
+    assert got == stats(K) and all(type(x) is Fraction for x in got)
+    K = [[1, 2, 6], [3, 1, 5], [4, 2, 1]]
+    assert denominator_sums(np.array(K, dtype=object)) == stats(K) == denominator_sums(K)
+    K = [[1, 2**60 + 3, 2], [3, 1, 7], [2**60 + 1, 7, 1]]   # int64, not float64
+    assert denominator_sums(np.array(K, dtype=object)) == stats(K)
+    for K in (np.array([[7]]), np.zeros((0, 0), dtype=np.int64)):
+        got = denominator_sums(K)
+        assert got == (0, 0, 0) and all(type(x) is Fraction for x in got)
+    msg = r"^eps denominators must be integers >= 1; got 0 at \(1, 0\)\.$"
+    for bad in ([[1, 1, 3], [0, 1, -1], [1, 1, 1]], [[1, 2**70, 1], [0, 1, -1], [1, 1, 1]]):
+        for dtype in (None, object):
+            if dtype is None and bad[0][1] > 2**62:
+                continue
+            with pytest.raises(ValueError, match=msg):
+                denominator_sums(np.array(bad, dtype=dtype))
+    with pytest.raises(ValueError, match=r"^eps denominators must be integers >= 1; got 0\.5 at"):
+        denominator_sums(np.array([[1, 0.5], [2, 1]]))
+    # rank_from_denominators: n <= 1 is rank 1; otherwise R5 on the exact sums
+    for K in (np.ones((1, 1), dtype=np.int64), np.zeros((0, 0), dtype=np.int64)):
+        assert rank_from_denominators(K) == (1, Fraction(1), True)
+    K = [[1, 2], [3, 1]]
+    S = Fraction(1, 4) + Fraction(1, 9)
+    assert rank_from_denominators(np.array(K)) == (2, Fraction(4) / (2 + S), True)
+    K = [[1, 2**70, 2], [3, 1, 5], [4, 7, 1]]
+    S, row, col = stats(K)
+    assert row <= 1
+    assert rank_from_denominators(np.array(K, dtype=object)) == (3, Fraction(9) / (3 + S), True)
