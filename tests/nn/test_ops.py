@@ -3,6 +3,7 @@ in ``ops.naive`` (float64, tight tolerances), forward and backward, over shapes;
 causal masks are written in one module."""
 
 import dataclasses
+import math
 import re
 from pathlib import Path
 
@@ -339,3 +340,396 @@ def test_the_mixers_build_no_causal_mask_of_their_own():
 
 def test_the_masks_module_is_where_the_triangles_are():
     assert _triangles([MASKS_MODULE])
+
+
+# -- the forms against formulas written here: guards, defaults, devices, work buffers -------
+#
+# The references below are written from the definitions (float64 torch), independently of
+# ``ops.naive``: ``u_i = sum_j alpha_ij v_j / guard(sum_j alpha_ij)``, ``guard`` the
+# nonnegative replacement of 0 by 1 or the signed clamp ``sign(den) max(|den|, eps)``.
+
+def _guard_ref(den, nonnegative, eps):
+    """The denominator guard of the theory, written out."""
+    if nonnegative:
+        return torch.where(den > 0, den, torch.ones_like(den))
+    sign = torch.where(den < 0, -1.0, 1.0).to(den.dtype)
+    return sign * torch.maximum(den.abs(), torch.full_like(den, eps))
+
+
+def _causal_log_ref(lq, lk, v, log_gamma):
+    """Causal attention of log-features computed in the log domain:
+    ``log alpha_ij = logsumexp_r(lq_ir + lk_jr) + (i - j) log gamma`` for ``j <= i``,
+    normalised per row with the row's maximum subtracted (finite for any magnitude)."""
+    n = v.shape[-2]
+    la = torch.logsumexp(lq[..., :, None, :] + lk[..., None, :, :], -1)
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    la = la + ((i - j) * log_gamma).to(la.dtype)
+    la = la.masked_fill(j > i, -float("inf"))
+    w = torch.exp(la - la.amax(-1, keepdim=True))
+    return (w / w.sum(-1, keepdim=True)) @ v
+
+
+def _pair_ref(alpha, g, b, token_of, dense, *, guard):
+    """``y_i = sum_p R_ip alpha_p g_p / guard(sum_p R_ip alpha_p) + b_t(i)``."""
+    num, den = (alpha * g) @ dense.T, alpha @ dense.T
+    y = num / guard(den)
+    return y if b is None else y + b[..., token_of]
+
+
+@pytest.mark.parametrize("nonnegative, positive, scale", [(True, False, 1e-5),
+                                                          (True, True, 1e-5),
+                                                          (False, True, 1e-5),
+                                                          (False, None, 0.3),
+                                                          (False, None, 1e-5)])
+def test_pair_readout_guards_small_denominators_as_documented(nonnegative, positive, scale):
+    """Default ``eps`` (1e-3); ``positive`` skips the guard (``y = num / den`` even
+    below ``eps``); a nonnegative kernel divides by its (positive) denominator however
+    small; the signed clamp otherwise. Forward and backward, without work buffers."""
+    alpha, g, b, token_of, dense = _pair_case((2,), 3, 12, seed=11, signed=positive is None)
+    alpha = (alpha * scale).requires_grad_()
+    g.requires_grad_()
+    if positive:
+        def guard(den):
+            return den
+    else:
+        def guard(den):
+            return _guard_ref(den, nonnegative, 1e-3)
+    ref = _pair_ref(alpha, g, b, token_of, dense, guard=guard)
+    kw = {} if positive is None else dict(positive=positive)
+    rows, rows_t = dense.to_sparse_csr(), dense.T.contiguous().to_sparse_csr()
+    fast = ops.pair_readout(alpha, g, b, token_of, rows, rows_t, nonnegative=nonnegative,
+                            **kw)
+    torch.testing.assert_close(fast, ref, **TOL)
+    weight = torch.randn(ref.shape, generator=torch.Generator().manual_seed(3), dtype=F64)
+    for got, want in zip(torch.autograd.grad((fast * weight).sum(), (alpha, g)),
+                         torch.autograd.grad((ref * weight).sum(), (alpha, g))):
+        torch.testing.assert_close(got, want, **TOL)
+    if not positive:  # the quadratic reference guards the same way
+        torch.testing.assert_close(
+            naive.pair_readout(alpha, g, b, token_of.tolist(), dense, nonnegative=nonnegative),
+            ref, **TOL)
+
+
+def _pair_round(buffers, case):
+    """One forward and backward of :func:`ops.pair_readout` with ``buffers``, its graph
+    freed afterwards; checks the values against the formula."""
+    alpha, g, b, token_of, dense = case
+    alpha, g = alpha.clone().requires_grad_(), g.clone().requires_grad_()
+    rows, rows_t = dense.to_sparse_csr(), dense.T.contiguous().to_sparse_csr()
+    fast = ops.pair_readout(alpha, g, b, token_of, rows, rows_t, nonnegative=True,
+                            buffers=buffers)
+    ref = _pair_ref(alpha, g, b, token_of, dense,
+                    guard=lambda den: _guard_ref(den, True, 1e-3))
+    torch.testing.assert_close(fast, ref, **TOL)
+    got = torch.autograd.grad(fast.sum(), (alpha, g))
+    for grad, want in zip(got, torch.autograd.grad(ref.sum(), (alpha, g))):
+        torch.testing.assert_close(grad, want, **TOL)
+    del fast  # frees the graph: its work buffer goes back
+
+
+def test_pair_readout_keeps_and_reuses_its_work_buffers():
+    """A buffer goes back to the caller's list after the backward and when the graph is
+    freed; the next call reuses those very buffers; buffers of another shape or dtype
+    are left alone; the list keeps at most ``MAX_BUFFERS``."""
+    import gc
+    import warnings
+
+    small = _pair_case((2,), 3, 10, seed=12, signed=False)
+    large = _pair_case((2,), 3, 17, seed=13, signed=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. no output resized behind the caller's back
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        buffers = []
+        _pair_round(buffers, small)
+        gc.collect()
+        assert len(buffers) == 2
+        kept = list(buffers)
+        for _ in range(2):
+            _pair_round(buffers, small)
+            gc.collect()
+            assert len(buffers) == 2 and all(any(t is k for k in kept) for t in buffers)
+        # another shape and another dtype stay where they are, untouched
+        others = [torch.zeros(11, 4, dtype=F64), torch.zeros(10, 4, dtype=torch.float32)]
+        buffers = list(others)
+        _pair_round(buffers, small)
+        gc.collect()
+        assert len(buffers) == 4 and buffers[0] is others[0] and buffers[1] is others[1]
+        assert buffers[0].shape == (11, 4) and buffers[1].dtype == torch.float32
+        # one list shared by inputs of two sizes
+        _pair_round(buffers, large)
+        _pair_round(buffers, small)
+        gc.collect()
+        assert len(buffers) == ops.pair.MAX_BUFFERS
+        full = [torch.zeros(1, 1, dtype=F64) for _ in range(ops.pair.MAX_BUFFERS)]
+        buffers = list(full)
+        _pair_round(buffers, small)
+        gc.collect()
+        assert len(buffers) == ops.pair.MAX_BUFFERS and all(a is b for a, b in zip(buffers, full))
+
+
+@pytest.mark.parametrize("in_dims", [(0, None), (None, 0)])
+def test_pairwise_dots_under_vmap_with_one_shared_input(in_dims):
+    gen = torch.Generator().manual_seed(14)
+    a = torch.randn(*((4,) if in_dims[0] == 0 else ()), 2, 3, 5, generator=gen, dtype=F64)
+    c = torch.randn(*((4,) if in_dims[1] == 0 else ()), 2, 3, 5, generator=gen, dtype=F64)
+    ref = (a[..., :, None, :] * c[..., None, :, :]).sum(-1)
+    out = torch.func.vmap(ops.pairwise_dots, in_dims=in_dims)(a, c)
+    torch.testing.assert_close(out, ref, **TOL)
+
+
+def test_explicit_kernel_of_plain_features_with_a_rank_mask():
+    gen = torch.Generator().manual_seed(15)
+    fq, fk = (torch.randn(2, n, 6, generator=gen, dtype=F64) for n in (3, 4))
+    mask = (torch.arange(6) % 3 != 1).to(F64)
+    ref = torch.einsum("bir,bjr,r->bij", fq, fk, mask)
+    torch.testing.assert_close(ops.explicit_kernel(fq, fk, log_domain=False, mask=mask), ref,
+                               **TOL)
+    torch.testing.assert_close(ops.explicit_kernel(fq, fk, log_domain=False),
+                               torch.einsum("bir,bjr->bij", fq, fk), **TOL)
+
+
+def _huge_log_features(n, seed):
+    """Log-features whose kernels span thousands of e-folds: the query rows alternate
+    between moderate and huge, the second sequence's queries lie far above the first's,
+    and the first sequence's keys far above the second's."""
+    gen = torch.Generator().manual_seed(seed)
+    lq, lk = (torch.randn(2, n, 3, generator=gen, dtype=F64) for _ in range(2))
+    v = torch.randn(2, n, 2, generator=gen, dtype=F64)
+    offset = 800.0 * torch.arange(2, dtype=F64)[:, None] + 1000.0 * (torch.arange(n) % 2)
+    return lq + offset[..., None], lk + 900.0 * (1.0 - torch.arange(2, dtype=F64))[:, None, None], v
+
+
+@pytest.mark.parametrize("decay", [None, 1e-6])
+def test_log_domain_causal_forms_stay_exact_for_huge_log_features(decay):
+    """The shifts of the log-domain forms keep every kernel finite: chunked and recurrent
+    equal the log-domain reference, also with a decay strong enough that ``gamma^N``
+    leaves the floating-point range."""
+    n = 64
+    lq, lk, v = _huge_log_features(n, seed=16)
+    log_gamma = 0.0 if decay is None else math.log(decay)
+    ref = _causal_log_ref(lq, lk, v, log_gamma)
+    kw = dict(nonnegative=True, decay=decay, log_domain=True)
+    for chunk_size in (None, 8, n):  # blocks, and the whole sequence as one block
+        torch.testing.assert_close(ops.causal_attend(lq, lk, v, chunk_size=chunk_size, **kw),
+                                   ref, **TOL)
+    state = ops.recurrent_state((2,), 3, 2, log_domain=True, dtype=F64)
+    for i in range(n):
+        u, state = ops.recurrent_step(state, lq[:, i], lk[:, i], v[:, i], **kw)
+        torch.testing.assert_close(u, ref[:, i], **TOL)
+
+
+@pytest.mark.parametrize("nonnegative, scale", [(True, 1e-3), (False, 0.3)])
+def test_recurrent_step_defaults_and_guard(nonnegative, scale):
+    """Plain features by default (``log_domain=False``), ``eps = 1e-3``, no decay: a
+    nonnegative kernel divides by its small denominators exactly, a signed one by the
+    clamp."""
+    gen = torch.Generator().manual_seed(17)
+    q, k = (torch.randn(2, 6, 4, generator=gen, dtype=F64) for _ in range(2))
+    v = torch.randn(2, 6, 3, generator=gen, dtype=F64)
+    q, k = ((q.exp(), k.exp()) if nonnegative else (q, k))
+    q, k = scale * q, scale * k
+    alpha = (q @ k.transpose(-2, -1)).tril()
+    ref = (alpha @ v) / _guard_ref(alpha.sum(-1, keepdim=True), nonnegative, 1e-3)
+    state = ops.recurrent_state((2,), 4, 3, log_domain=False, dtype=F64)
+    for i in range(6):
+        u, state = ops.recurrent_step(state, q[:, i], k[:, i], v[:, i], nonnegative=nonnegative)
+        torch.testing.assert_close(u, ref[:, i], **TOL)
+
+
+def _softmax_ref(q, k, v, scale, *, counts=None, causal=False):
+    """``sum_j softmax_j(scale q_i^T k_j + log c_j) v_j``, each row shifted by its maximum."""
+    s = scale * q @ k.transpose(-2, -1)
+    if counts is not None:
+        s = s + torch.log(counts.to(s.dtype))[..., None, :]
+    if causal:
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), -float("inf"))
+    e = torch.exp(s - s.amax(-1, keepdim=True))
+    return (e / e.sum(-1, keepdim=True)) @ v
+
+
+def test_softmax_forms_stay_exact_for_huge_scores():
+    """Scores of thousands in one sequence and of order one in the other: each row is
+    shifted by its own maximum (naive reference and fused form)."""
+    gen = torch.Generator().manual_seed(18)
+    q, k = (torch.randn(2, 5, 3, generator=gen, dtype=F64) for _ in range(2))
+    q = q * torch.tensor([1.0, 40.0], dtype=F64)[:, None, None]
+    k = k * torch.tensor([1.0, 40.0], dtype=F64)[:, None, None]
+    v = torch.randn(2, 5, 2, generator=gen, dtype=F64)
+    for causal in (False, True):
+        ref = _softmax_ref(q, k, v, 1.0, causal=causal)
+        assert torch.isfinite(ref).all()
+        torch.testing.assert_close(naive.softmax_attention(q, k, v, scale=1.0, causal=causal),
+                                   ref, **TOL)
+        torch.testing.assert_close(ops.softmax_attend(q, k, v, scale=1.0, block_rows=2,
+                                                      causal=causal), ref, **TOL)
+
+
+def test_softmax_attend_defaults_counts_and_blocks(monkeypatch):
+    """Not causal by default (fused form and naive reference); integer multiplicities
+    work as counts; at most ``block_rows`` queries per call of the fused kernel; counts
+    with ``causal`` raise."""
+    gen = torch.Generator().manual_seed(19)
+    q, k = (torch.randn(2, 5, 3, generator=gen, dtype=F64) for _ in range(2))
+    v = torch.randn(2, 5, 4, generator=gen, dtype=F64)
+    counts = torch.randint(1, 4, (2, 5), generator=gen)
+    torch.testing.assert_close(ops.softmax_attend(q, k, v, scale=0.7, block_rows=5),
+                               _softmax_ref(q, k, v, 0.7), **TOL)
+    torch.testing.assert_close(ops.softmax_attend(q, k, v, scale=0.7, block_rows=5,
+                                                  counts=counts),
+                               _softmax_ref(q, k, v, 0.7, counts=counts), **TOL)
+    torch.testing.assert_close(naive.softmax_attention(q, k, v, scale=0.7),
+                               _softmax_ref(q, k, v, 0.7), **TOL)
+    torch.testing.assert_close(naive.softmax_attention(q, k, v, scale=0.7, counts=counts.to(F64)),
+                               _softmax_ref(q, k, v, 0.7, counts=counts), **TOL)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    queries = []
+
+    def counting(query, *args, **kwargs):
+        queries.append(query.shape[-2])
+        return sdpa(query, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    for causal in (False, True):
+        queries.clear()
+        out = ops.softmax_attend(q, k, v, scale=0.7, block_rows=1, causal=causal)
+        torch.testing.assert_close(out, _softmax_ref(q, k, v, 0.7, causal=causal), **TOL)
+        assert queries == [1] * 5
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=re.escape(
+            "causal softmax attention takes no counts: a sequence in multiset form has no "
+            "order.")):
+        ops.softmax_attend(q, k, v, scale=0.7, block_rows=5, counts=counts, causal=True)
+
+
+def test_naive_masks_and_decayed_scores_equal_their_definitions():
+    """``naive.causal_mask`` keeps ``b <= a`` by default; the decayed scores (naive and
+    blocked) are
+    ``sum_r q_tr k_jr exp(L_tr - L_jr)`` for ``j <= t`` and 0 above, also for one
+    token or one feature."""
+    assert torch.equal(naive.causal_mask(3, 3), torch.ones(3, 3, dtype=torch.bool).tril())
+    gen = torch.Generator().manual_seed(20)
+    for n, r in ((1, 2), (4, 1), (3, 3)):
+        q, k = (torch.randn(2, n, r, generator=gen, dtype=F64) for _ in range(2))
+        log_cum = torch.nn.functional.logsigmoid(
+            torch.randn(2, n, r, generator=gen, dtype=F64)).cumsum(-2)
+        ref = torch.zeros(2, n, n, dtype=F64)
+        for t in range(n):
+            for j in range(t + 1):
+                ref[:, t, j] = (q[:, t] * k[:, j] * (log_cum[:, t] - log_cum[:, j]).exp()).sum(-1)
+        torch.testing.assert_close(naive.decayed_scores(q, k, log_cum), ref, **TOL)
+        for block_elements in (None, 1):
+            torch.testing.assert_close(
+                ops.decayed_scores(q, k, log_cum, block_elements=block_elements), ref, **TOL)
+
+
+def test_masks_and_blocked_forms_follow_the_device_of_their_inputs():
+    """Masks are built on the inputs' device (here the ``meta`` device, which mixes with
+    no other)."""
+    from minip_learn.nn.ops.chunk import masked_kernel
+
+    assert ops.causal_mask(2, 3, device="meta").device.type == "meta"
+
+    def meta(*shape):
+        return torch.empty(*shape, dtype=F64, device="meta")
+
+    q, v = meta(2, 5, 3), meta(2, 5, 2)
+    outs = [ops.decayed_scores(q, q, q, block_elements=10),
+            ops.softmax_attend(q, q, v, scale=1.0, block_rows=2, causal=True),
+            masked_kernel(q, q, AttentionSpec(True, decay=0.5)),
+            masked_kernel(q, q, AttentionSpec(True, log_domain=True, decay=0.5))]
+    outs += [ops.causal_attend(q, q, v, nonnegative=True, decay=0.5, log_domain=log_domain,
+                               chunk_size=2) for log_domain in (False, True)]
+    assert all(out.device.type == "meta" for out in outs)
+
+
+@pytest.mark.parametrize("nonnegative, scale, eps", [(True, 1e-3, 0.5), (False, 0.3, 1e-3),
+                                                     (False, 0.3, 0.2)])
+def test_kernel_values_and_readout_guard_as_documented(nonnegative, scale, eps):
+    """``u_i = sum_j alpha_ij v_j / guard(sum_j alpha_ij)`` and the affine readout
+    ``sum_j alpha_ij g_ij / guard(...) + b_i``: default ``eps = 1e-3``, a given ``eps``
+    honoured, a nonnegative kernel's small denominators divided by exactly."""
+    gen = torch.Generator().manual_seed(21)
+    for n in (3, 10):  # short sequences loop over the keys, longer ones use a product
+        alpha = scale * torch.randn(2, n, n, generator=gen, dtype=F64)
+        alpha = alpha.abs() if nonnegative else alpha
+        v = torch.randn(2, n, 3, generator=gen, dtype=F64)
+        g, b = torch.randn(2, n, n, generator=gen, dtype=F64), torch.randn(2, n, dtype=F64)
+        den = _guard_ref(alpha.sum(-1), nonnegative, eps)
+        kw = dict(nonnegative=nonnegative) if eps == 1e-3 else dict(nonnegative=nonnegative,
+                                                                     eps=eps)
+        torch.testing.assert_close(ops.kernel_values(alpha, v, **kw),
+                                   (alpha @ v) / den[..., None], **TOL)
+        torch.testing.assert_close(ops.kernel_readout(alpha, g, b, **kw),
+                                   (alpha * g).sum(-1) / den + b, **TOL)
+
+
+def test_recurrent_state_before_the_first_token():
+    for log_domain in (False, True):
+        state = ops.recurrent_state((2, 3), 4, 5, log_domain=log_domain, dtype=F64)
+        assert [t.shape for t in state] == [(2, 3, 4, 5), (2, 3, 4)] + [(2, 3, 4)] * log_domain
+        assert all(t.dtype == F64 for t in state)
+        assert not state[0].any() and not state[1].any()
+        if log_domain:
+            assert torch.equal(state[2], torch.full((2, 3, 4), -math.inf, dtype=F64))
+        on_meta = ops.recurrent_state((2,), 4, 5, log_domain=log_domain, device="meta",
+                                      dtype=torch.bfloat16)
+        assert all(t.device.type == "meta" and t.dtype == torch.bfloat16 for t in on_meta)
+
+
+def test_recurrent_attend_small_denominators_shapes_dtype_and_device():
+    """A nonnegative kernel's small denominators are divided by exactly; any number of
+    leading dimensions; the output keeps the inputs' dtype and device."""
+    gen = torch.Generator().manual_seed(22)
+    q, k = (1e-3 * torch.randn(3, 2, 6, 4, generator=gen, dtype=F64).exp() for _ in range(2))
+    v = torch.randn(3, 2, 6, 3, generator=gen, dtype=F64)
+    alpha = (q @ k.transpose(-2, -1)).tril()
+    ref = (alpha @ v) / alpha.sum(-1, keepdim=True)
+    for log_domain in (False, True):
+        fq, fk = (q.log(), k.log()) if log_domain else (q, k)
+        out = ops.recurrent_attend(fq, fk, v, nonnegative=True, log_domain=log_domain)
+        torch.testing.assert_close(out, ref, **TOL)
+        low = ops.recurrent_attend(fq.bfloat16(), fk.bfloat16(), v.bfloat16(),
+                                   nonnegative=True, log_domain=log_domain)
+        assert low.dtype == torch.bfloat16
+        meta = ops.recurrent_attend(fq.to("meta"), fk.to("meta"), v.to("meta"),
+                                    nonnegative=True, log_domain=log_domain)
+        assert meta.device.type == "meta"
+
+
+def test_softmax_weights_default_and_device():
+    """Not causal by default: every row is the softmax of the scores plus ``log c``;
+    causal weights are built on the scores' device."""
+    gen = torch.Generator().manual_seed(23)
+    scores = torch.randn(2, 4, 4, generator=gen, dtype=F64)
+    counts = torch.tensor([1.0, 2.0, 0.0, 3.0], dtype=F64).expand(2, 4)
+    e = scores.exp() * counts[..., None, :]
+    torch.testing.assert_close(ops.softmax_weights(scores, counts), e / e.sum(-1, keepdim=True),
+                               **TOL)
+    e = scores.exp()
+    torch.testing.assert_close(ops.softmax_weights(scores), e / e.sum(-1, keepdim=True), **TOL)
+    meta = ops.softmax_weights(scores.to("meta"), causal=True)
+    assert meta.device.type == "meta"
+
+
+@pytest.mark.parametrize("nonnegative, scale, eps", [(True, 1e-3, 0.5), (False, 0.3, 1e-3),
+                                                     (False, 0.3, 1.5)])
+def test_head_outputs_guard_as_documented(nonnegative, scale, eps):
+    """``y_i = <w_i, u_i> + b_i`` with ``u_i`` the guarded attention (whole sequence and
+    causal): default ``eps = 1e-3``, a given ``eps`` honoured, a nonnegative kernel's
+    small denominators divided by exactly; short and long sequences alike."""
+    gen = torch.Generator().manual_seed(24)
+    for n, r in ((3, 16), (40, 2)):
+        q, k = (torch.randn(2, n, r, generator=gen, dtype=F64) for _ in range(2))
+        q, k = ((q.exp(), k.exp()) if nonnegative else (q, k))
+        q, k = scale * q, scale * k
+        v, w = (torch.randn(2, n, 3, generator=gen, dtype=F64) for _ in range(2))
+        b = torch.randn(2, n, generator=gen, dtype=F64)
+        kw = dict(nonnegative=nonnegative) if eps == 1e-3 else dict(nonnegative=nonnegative,
+                                                                     eps=eps)
+        for causal in (False, True):
+            alpha = q @ k.transpose(-2, -1)
+            alpha = alpha.tril() if causal else alpha
+            u = (alpha @ v) / _guard_ref(alpha.sum(-1, keepdim=True), nonnegative, eps)
+            form = ops.causal_head_output if causal else ops.head_output
+            torch.testing.assert_close(form(q, k, v, w, b, **kw), (w * u).sum(-1) + b, **TOL)
