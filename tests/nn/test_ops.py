@@ -733,3 +733,20 @@ def test_head_outputs_guard_as_documented(nonnegative, scale, eps):
             u = (alpha @ v) / _guard_ref(alpha.sum(-1, keepdim=True), nonnegative, eps)
             form = ops.causal_head_output if causal else ops.head_output
             torch.testing.assert_close(form(q, k, v, w, b, **kw), (w * u).sum(-1) + b, **TOL)
+
+
+def test_pair_readout_gradient_at_a_denominator_equal_to_eps():
+    """At ``|den| = eps`` the signed guard is the identity's branch of its clamp (as
+    :func:`~minip_learn.nn.ops.spec.guard_denominator` differentiates it): the hand-written
+    backward and the quadratic reference give the same gradient."""
+    alpha = torch.tensor([[0.25, 0.25]], dtype=F64, requires_grad=True)
+    g = torch.tensor([[1.0, 3.0]], dtype=F64, requires_grad=True)
+    dense, token_of = torch.tensor([[1.0, 1.0]], dtype=F64), torch.tensor([0])
+    rows, rows_t = dense.to_sparse_csr(), dense.T.contiguous().to_sparse_csr()
+    fast = ops.pair_readout(alpha, g, None, token_of, rows, rows_t, nonnegative=False,
+                            eps=0.5)
+    ref = naive.pair_readout(alpha, g, None, [0], dense, nonnegative=False, eps=0.5)
+    torch.testing.assert_close(fast, ref, **TOL)
+    for got, want in zip(torch.autograd.grad(fast.sum(), (alpha, g)),
+                         torch.autograd.grad(ref.sum(), (alpha, g))):
+        torch.testing.assert_close(got, want, **TOL)

@@ -152,10 +152,11 @@ class _PairReadout(torch.autograd.Function):
         else:  # the ratio in place: few large allocations per step
             ratio = torch.div(num, guarded, out=num)
             out = b.T.contiguous().index_select(0, token_of).add_(ratio)
-        # the guard's slope (0 or 1): a nonnegative kernel's zero denominator has a zero
-        # numerator (every kernel value of the row is 0), so ratio = 0 there already
+        # the guard's slope (0 or 1; 1 at |den| = eps, as the clamp of guard_denominator):
+        # a nonnegative kernel's zero denominator has a zero numerator (every kernel
+        # value of the row is 0), so ratio = 0 there already
         slope = (None if spec.nonnegative or positive
-                 else (den.abs() > spec.eps).to(den.dtype))
+                 else (den.abs() >= spec.eps).to(den.dtype))
         ctx.save_for_backward(alpha, g, token_of, ratio, guarded, slope)
         ctx.rows_t, ctx.pool = rows_t, pool
         ctx.n_tokens = None if b is None else b.shape[1]
