@@ -464,24 +464,29 @@ def test_favor_directions_have_the_second_moment_of_gaussians(orthogonal):
             assert off.abs().max() <= 1e-6 * gram.diagonal().max()
 
 
-def _favor_kernel_estimate(orthogonal, hs, m=8192):
-    """``phi(h) . phi(h')`` of one seeded ``favor+`` map of ``m`` features, for the rows
-    ``h`` of ``hs`` (the encoder set to the constant ``h``)."""
-    torch.manual_seed(0)
-    fm = make_feature_map("favor+", 1, m, proj_dim=hs.shape[1],
-                          orthogonal=orthogonal).double()
+def _features_of_projections(fm, hs):
+    """The features of ``fm`` at the projections ``h`` (rows of ``hs``): its linear
+    encoder set to the constant ``h``, one row per ``h``."""
     with torch.no_grad():
         fm.encoder.weight.zero_()
         phi = []
         for h in hs:
             fm.encoder.bias.copy_(h)
             phi.append(fm(torch.zeros(1, 1, dtype=torch.float64))[0])
-    phi = torch.stack(phi)
+    return torch.stack(phi)
+
+
+def _favor_kernel_estimate(orthogonal, hs, m=8192):
+    """``phi(h) . phi(h')`` of one seeded ``favor+`` map of ``m`` features, for the rows
+    ``h`` of ``hs``."""
+    torch.manual_seed(0)
+    fm = make_feature_map("favor+", 1, m, proj_dim=hs.shape[1],
+                          orthogonal=orthogonal).double()
+    phi = _features_of_projections(fm, hs)
     return phi @ phi.T
 
 
-@pytest.mark.parametrize("orthogonal", [
-    True, False])
+@pytest.mark.parametrize("orthogonal", [True, False])
 def test_favor_features_estimate_the_softmax_kernel(orthogonal):
     """``E[phi(h) . phi(h')] = exp(h . h')`` over the random directions (Choromanski
     et al. 2021, Lemma 1 and the orthogonal random features of section 2.4): one
@@ -500,13 +505,7 @@ def test_rff_features_estimate_the_gaussian_kernel():
     fm = make_feature_map("rff", 1, 8192, proj_dim=3, bandwidth=2.0).double()
     hs = torch.tensor([[0.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 1.0, 1.0], [3.0, 1.0, -1.0]],
                       dtype=torch.float64)
-    with torch.no_grad():
-        fm.encoder.weight.zero_()
-        phi = []
-        for h in hs:
-            fm.encoder.bias.copy_(h)
-            phi.append(fm(torch.zeros(1, 1, dtype=torch.float64))[0])
-        phi = torch.stack(phi)
+    phi = _features_of_projections(fm, hs)
     expected = torch.exp(-torch.cdist(hs, hs) ** 2 / (2 * 2.0 ** 2))
     torch.testing.assert_close(phi @ phi.T, expected, rtol=0, atol=0.05)
     # the phases are uniform on [0, 2 pi): in range, each half of it about half of them
