@@ -19,6 +19,11 @@ to the CPU (with a ``skorch.exceptions.DeviceWarning``) and predictions run ther
 ``device`` hyperparameter keeps its fitted value, so refit there with
 ``set_params(device="cpu")``.
 
+Every pickle records the minip_learn version that saved it. An estimator saved by
+another version loads with the hyperparameters its class gained since set to their
+defaults, and with a :class:`MinIPVersionWarning` naming both versions and those
+hyperparameters; refit it, or save it again with this version.
+
 skorch's ``est.net_.save_params(f_params=...)`` / ``load_params`` store only torch
 state (module weights and, if asked, optimizer, criterion and history). They do **not**
 store the estimator's hyperparameters, its fitted attributes (``n_bits_``,
@@ -29,7 +34,7 @@ vocabulary; ``max_epochs=1`` is enough) and then call ``est.net_.load_params``. 
 pickle/joblib for a complete round trip.
 """
 
-from ._base import PREDICT_CHUNK_BYTES
+from ._base import PREDICT_CHUNK_BYTES, MinIPVersionWarning
 from .classifier import KernelAttentionClassifier
 from .kernel import KernelAttentionRegressor
 from .mixer import SequenceMixerRegressor
@@ -39,6 +44,7 @@ __all__ = [
     "PREDICT_CHUNK_BYTES",
     "KernelAttentionClassifier",
     "KernelAttentionRegressor",
+    "MinIPVersionWarning",
     "SequenceMixerRegressor",
     "SoftmaxAttentionRegressor",
 ]

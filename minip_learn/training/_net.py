@@ -326,7 +326,9 @@ class MinIPNet(NeuralNet):
         if not slots:
             return
         values = [d[k] for d, k in slots]
-        flat = torch.cat([v.detach().reshape(-1).to(torch.float64) for v in values]).tolist()
+        # one concatenation (promoting to the widest dtype) and one transfer; tolist
+        # gives every float32 value exactly, as the Python float it widens to
+        flat = torch.cat([v.detach().reshape(-1) for v in values]).tolist()
         start = 0
         for (d, k), v in zip(slots, values):
             n = v.numel()
@@ -396,6 +398,15 @@ class MinIPNet(NeuralNet):
         state = super().__getstate__()
         state.pop("_shuffle_generator", None)
         return state
+
+    #: the settings added since the first saved nets, with the value they behaved as
+    ADDED_SETTINGS = {"query": "all", "check_every": 1}
+
+    def __setstate__(self, state):
+        # a net saved before a setting existed behaves as its value then
+        for name, value in self.ADDED_SETTINGS.items():
+            state.setdefault(name, value)
+        super().__setstate__(state)
 
 
 class TrainLoss(Callback):
