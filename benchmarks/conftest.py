@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import _bench  # noqa: E402  (benchmarks/ is on sys.path: pytest's rootdir-based import)
 
 SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify", "startup", "final_query",
-            "grid_epoch", "gpu", "stacks")
+            "grid_epoch", "gpu", "stacks", "dispatch")
 
 
 def pytest_addoption(parser):
@@ -278,6 +278,18 @@ def markdown(res):
             ["mixer", "stacked [s]", "one by one [s]", "speed-up"],
             [[r["name"], f"{r['target_median']:.2f}", f"{r['baseline_median']:.2f}",
               f"{1 / r['ratio']:.1f}x"] for r in res["stacks"]])
+    if res["dispatch"]:
+        def figure(v):
+            return "-" if v is None else f"{v:,}" if isinstance(v, int) else f"{v:,.1f}"
+
+        out += _section(
+            "(j) Compute ops and host syncs (counted with TorchDispatchMode)",
+            "Per epoch (median) and per check, or for the whole run.",
+            ["fit", "check_every", "compute ops / epoch", "syncs / plain epoch",
+             "syncs / check", "compute ops (run)", "syncs (run)"],
+            [[r["fit"], r["check_every"], figure(r.get("ops_per_epoch")),
+              figure(r.get("syncs_per_plain_epoch")), figure(r.get("syncs_per_check")),
+              figure(r.get("ops")), figure(r.get("syncs"))] for r in res["dispatch"]])
     for s in res["skipped"]:
         out.append(f"Skipped: {s['test']}: {s['reason']}")
     return out

@@ -247,6 +247,18 @@ class HeadEnsemble(nn.Module):
         the input repeat enough (e.g. a witness suite), also for one member.
     path_reason : str
         Why: for ``"generic"`` the module that declares no fused form and why.
+    pair_path : bool
+        Whether the fused path may take the pair form (True at construction); False
+        computes every position (``"fused-positions"``, or ``"single"`` for one member).
+    defer_underflow_check : bool
+        With log-domain features the pair form shifts the kernel per query token; where
+        that leaves the kernel value of an occurring token pair below the floating-point
+        range, the positions are computed instead. False (at construction): every
+        forward reads that check on the host. True: in training mode the check stays on
+        the device, accumulated over the forwards and read by :meth:`pair_underflowed`
+        (a trainer reads it where it reads its other figures, and refits on the
+        positions when it is set; the outputs of a forward that underflowed are not
+        usable).
 
     Examples
     --------
@@ -294,6 +306,9 @@ class HeadEnsemble(nn.Module):
         self._template = [template]  # a plain reference (a submodule only for one member)
         self._choose_path(template)
         self._input_cache = None
+        self.pair_path = True
+        self.defer_underflow_check = False
+        self._underflow = None  # the deferred check's flag (a device tensor)
 
     @staticmethod
     def _check_heads(heads):
@@ -539,8 +554,20 @@ class HeadEnsemble(nn.Module):
         if self.path != path or self.path_reason != reason:
             self.path, self.path_reason = path, reason
 
+    def pair_underflowed(self):
+        """Whether a deferred underflow check (:attr:`defer_underflow_check`) found a
+        kernel value of an occurring token pair below the floating-point range in a
+        forward since the stack was built (one host sync).
+
+        Returns
+        -------
+        bool
+        """
+        return self._underflow is not None and bool(self._underflow)
+
     def _fast_forward(self, x, counts):
-        plan = self._pair_plan(x, counts)  # None: the tokens repeat too little
+        # None: the tokens repeat too little
+        plan = self._pair_plan(x, counts) if self.pair_path else None
         out = None if plan is None else self._pair_forward(x, plan)
         if out is not None:
             self._report("fused-pairs", f"{plan.n_tokens} distinct tokens at "
@@ -728,7 +755,10 @@ class HeadEnsemble(nn.Module):
         alpha = attention.pairwise_dots(phi_q, phi_k).reshape(E, -1)  # (E, U * U)
         if t.log_domain:
             tiny = torch.finfo(alpha.dtype).tiny / torch.finfo(alpha.dtype).eps
-            if bool(alpha.detach().index_select(1, plan.occurring).amin() < tiny):
+            low = alpha.detach().index_select(1, plan.occurring).amin() < tiny
+            if self.training and self.defer_underflow_check:
+                self._underflow = low if self._underflow is None else self._underflow | low
+            elif bool(low):
                 return None
         g = attention.pairwise_dots(w, v)  # (E, U, U): <w(query), v(key)>
         if t.log_domain:

@@ -46,8 +46,9 @@ def member_max_errors(error, y_pred, y, weights=None):
     err = error(y_pred, y)
     if weights is not None:
         err = torch.where(weights > 0, err, torch.zeros((), dtype=err.dtype, device=err.device))
-    err = err.flatten(1).amax(1)
-    return torch.where(torch.isnan(err), torch.full_like(err, math.inf), err)
+    # amax propagates NaN; one op turns it into inf and keeps the infinities
+    return torch.nan_to_num(err.flatten(1).amax(1), nan=math.inf, posinf=math.inf,
+                            neginf=-math.inf)
 
 
 def member_snapshot(ens, opt, i):
@@ -152,15 +153,16 @@ class StopWhenSolved(Callback):
         errors = list.__getitem__(net.history, -1)["member_max_error"]
         if torch.is_tensor(errors):
             errors = errors.tolist()
-        cand = active & (torch.tensor(errors, dtype=torch.float64) < self.tolerance)
-        if not bool(cand.any()):
+        # the host's figures compared on the host (numpy: no device op)
+        cand = active.numpy() & (np.asarray(errors, dtype=np.float64) < self.tolerance)
+        if not cand.any():
             return
         with torch.no_grad():
             net.module_.eval()
             out = net.infer(dataset_train.X)
             err = member_max_errors(self.error, out, dataset_train.y,
-                                    input_counts(dataset_train.X)).cpu().double()
-        stop = cand & (err < self.tolerance)
+                                    input_counts(dataset_train.X)).tolist()
+        stop = torch.from_numpy(cand & (np.asarray(err, dtype=np.float64) < self.tolerance))
         if not bool(stop.any()):
             return
         if bool((active & ~stop).any()):
@@ -231,6 +233,17 @@ class SplitSharedFeatures(Callback):
         live = set(live)
         net.history.record("member_n_split",
                            [int(moved[i]) if i in live else None for i in range(E)])
+
+
+class PairUnderflowStop(Callback):
+    """End training on the first check epoch (``MinIPNet.is_check_epoch``) after a
+    forward of the stack's pair form underflowed (:meth:`HeadEnsemble.pair_underflowed
+    <minip_learn.nn.HeadEnsemble.pair_underflowed>`, with ``defer_underflow_check``):
+    the trainer then refits on the positions."""
+
+    def on_epoch_end(self, net, **kwargs):
+        if net.is_check_epoch() and net.module_.pair_underflowed():
+            raise KeyboardInterrupt
 
 
 class TrimMemory(Callback):

@@ -24,6 +24,7 @@ from ..metrics import TOLERANCE
 from ..nn import HeadEnsemble
 from ._callbacks import (
     MemberLog,
+    PairUnderflowStop,
     ProgressBar,
     SplitSharedFeatures,
     StopWhenSolved,
@@ -83,7 +84,8 @@ device, verbose, check_every
     """
     net = MinIPNet(
         module=module, criterion=criterion, optimizer=optimizer,
-        optimizer__weight_decay=weight_decay, lr=lr, max_epochs=max_epochs,
+        optimizer__weight_decay=weight_decay, **_step_params(optimizer, device),
+        lr=lr, max_epochs=max_epochs,
         batch_size=-1 if batch_size is None else batch_size, train_split=None,
         callbacks=callbacks, verbose=verbose, device=device, seed=seed, dtype=dtype,
         query=query, check_every=check_every,
@@ -104,12 +106,43 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
                  progress, seed):
     """Train the heads of ``nets`` as one member stack and load the result into them.
 
+    With ``check_every > 1`` the stack reads its pair form's underflow check only at the
+    checks (:attr:`HeadEnsemble.defer_underflow_check
+    <minip_learn.nn.HeadEnsemble.defer_underflow_check>`); where it was set, the stack is
+    refitted from the members' initial parameters on the positions.
+
     Returns the path of the stack and every member's training max error.
     """
     first = nets[0]
-    ens = HeadEnsemble([net.module_ for net in nets])
+    defer = first.check_every > 1
+    for pair_path in (True, False):
+        ens = HeadEnsemble([net.module_ for net in nets])
+        ens.pair_path, ens.defer_underflow_check = pair_path, defer
+        trainer, stopper = _stack_trainer(
+            ens, first, error=error, stop_tolerance=stop_tolerance, criterion=criterion,
+            split_every=split_every, callbacks=callbacks, progress=progress, seed=seed,
+            guard=defer and pair_path)
+        trainer.partial_fit(X, y)
+        if not (defer and pair_path and ens.pair_underflowed()):
+            break
     E = ens.n_members
-    extra = [("member_log", MemberLog())] if E > 1 else []
+    rows = list(trainer.history)
+    n_epochs = (np.full(E, len(rows), dtype=int) if stopper is None else stopper.n_epochs_)
+    snapshots = {} if stopper is None else stopper.snapshots_
+    histories = _member_histories(rows, E, n_epochs)
+    for i, net in enumerate(nets):
+        snap = snapshots.get(i) or member_snapshot(ens, trainer.optimizer_, i)
+        _load_member(net, snap)
+        net.history = MinIPHistory(histories[i])
+    return ens.path, _final_errors(ens, nets, X, y, error, stop_tolerance)
+
+
+def _stack_trainer(ens, first, *, criterion, error, stop_tolerance, split_every, callbacks,
+                   progress, seed, guard):
+    """The initialised :class:`MinIPNet` that trains the stack ``ens`` with the settings
+    of the member net ``first``, and its :class:`StopWhenSolved` (None without
+    ``stop_tolerance``)."""
+    extra = [("member_log", MemberLog())] if ens.n_members > 1 else []
     stopper = None
     if stop_tolerance is not None:
         stopper = StopWhenSolved(stop_tolerance, error)
@@ -117,15 +150,18 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
     if split_every is not None:
         # after the stop check: a solved epoch ends training unsplit
         extra.append(("split_shared_features", SplitSharedFeatures(split_every)))
+    if guard:
+        extra.append(("pair_underflow", PairUnderflowStop()))
     extra.append(("trim_memory", TrimMemory()))
     if progress:
         extra.append(("progress", ProgressBar()))
     optimizer_params = {k: v for k, v in first.get_params().items()
                         if k.startswith("optimizer__")}
-    if E > 1 and "optimizer__foreach" not in optimizer_params and _takes_foreach(
-            first.optimizer):
-        # torch's multi-tensor loop: on CPU the same arithmetic as its default
-        # per-tensor loop, with fewer calls per step for the stack's parameters
+    if ens.n_members > 1 and not {"optimizer__foreach", "optimizer__fused"} & set(
+            optimizer_params) and _takes(first.optimizer, "foreach"):
+        # torch's multi-tensor loop (an optimizer without a fused step): on CPU the same
+        # arithmetic as its default per-tensor loop, with fewer calls per step for the
+        # stack's parameters
         optimizer_params["optimizer__foreach"] = True
     trainer = MinIPNet(
         module=ens,
@@ -144,25 +180,33 @@ def _train_stack(nets, X, y, *, criterion, error, stop_tolerance, split_every, c
         check_every=first.check_every,
         **optimizer_params,
     )
-    trainer.initialize()
-    trainer.partial_fit(X, y)
-    rows = list(trainer.history)
-    n_epochs = (np.full(E, len(rows), dtype=int) if stopper is None else stopper.n_epochs_)
-    snapshots = {} if stopper is None else stopper.snapshots_
-    histories = _member_histories(rows, E, n_epochs)
-    for i, net in enumerate(nets):
-        snap = snapshots.get(i) or member_snapshot(ens, trainer.optimizer_, i)
-        _load_member(net, snap)
-        net.history = MinIPHistory(histories[i])
-    return ens.path, _final_errors(ens, nets, X, y, error, stop_tolerance)
+    return trainer.initialize(), stopper
 
 
-def _takes_foreach(optimizer):
-    """Whether the optimizer class (or factory) has a ``foreach`` argument."""
+def _takes(optimizer, argument):
+    """Whether the optimizer class (or factory) has the keyword ``argument``."""
     try:
-        return "foreach" in inspect.signature(optimizer).parameters
+        return argument in inspect.signature(optimizer).parameters
     except (TypeError, ValueError):  # no signature to read
         return False
+
+
+#: the devices whose torch optimizers (Adam, AdamW, SGD) have a fused step
+FUSED_DEVICES = ("cpu", "cuda")
+
+
+def _step_params(optimizer, device):
+    """``{"optimizer__fused": True}`` where the optimizer has a fused step on
+    ``device``, else nothing.
+
+    A fused step updates every parameter in one call with no host sync (its step
+    counts stay on the device); torch's default loop makes several calls per parameter
+    and reads every step count on the host. The update is the same elementwise
+    arithmetic, so a member of a stack and its separate fit stay on one trajectory.
+    """
+    if torch.device(device).type in FUSED_DEVICES and _takes(optimizer, "fused"):
+        return {"optimizer__fused": True}
+    return {}
 
 
 def _final_errors(ens, nets, X, y, error, stop_tolerance):
