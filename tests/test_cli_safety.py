@@ -3,8 +3,10 @@ user wrote, and reports every bad file or option in one line (no traceback)."""
 
 import gzip
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from minip_learn.cli import build_parser, main
 from minip_learn.compact import load_family
 from minip_learn.datasets import make_witness_suite
+from minip_learn.experiments import DOCS_ARTIFACTS
 from minip_learn.theory import Certificate, verify_certificate
 
 
@@ -239,12 +242,64 @@ _TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)
                 max_size=12)
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(option=st.sampled_from(["--n-jobs", "--devices", "--ranks", "--seeds",
                                "--max-epochs", "--check-every", "--out", "--only"]),
-       value=_TEXT)
+       value=st.one_of(
+           _TEXT,
+           # near the boundaries the options draw: small integers, lists of them,
+           # device names, artifact names
+           st.integers(-3, 3).map(str),
+           st.lists(st.integers(-2, 3).map(str), max_size=3).map(",".join),
+           st.lists(st.sampled_from(["cpu", "cuda", "cuda:1", "mps", "gpu", " cpu "]),
+                    min_size=1, max_size=2).map(",".join),
+           st.sampled_from(sorted(DOCS_ARTIFACTS))))
 def test_fuzz_option_values_parse_or_exit_2(option, value):
+    # what the options are documented to take (docs/results_folders.rst, the CLI's
+    # help), written here: the parsed value, or None where the parser must exit with 2
+    expected = _documented_value(option, value)
+    if expected is None:
+        with pytest.raises(SystemExit) as exc:
+            build_parser().parse_args(["reproduce", "witness", option, value])
+        assert exc.value.code == 2
+    else:
+        args = build_parser().parse_args(["reproduce", "witness", option, value])
+        assert getattr(args, option[2:].replace("-", "_")) == expected
+
+
+#: the documented device names of --devices
+_DEVICE_NAMES = re.compile(r"cpu|cuda|cuda:\d+|mps")
+
+
+def _integer(text, minimum):
     try:
-        build_parser().parse_args(["reproduce", "witness", option, value])
-    except SystemExit as exc:
-        assert exc.code == 2
+        value = int(text)  # an integer as Python reads it, surrounding spaces included
+    except ValueError:
+        return None
+    return value if value >= minimum else None
+
+
+def _documented_value(option, value):
+    """The value ``--option value`` parses to, or None where it is refused."""
+    # argparse reads a value that starts with "-" as an option (so "--out" lacks its
+    # argument) unless it is "-" alone, looks like a negative number or holds a space
+    if (value.startswith("-") and value != "-" and " " not in value
+            and not re.fullmatch(r"-\d+|-\d*\.\d+", value)):
+        return None
+    items = [t.strip() for t in value.split(",") if t.strip()]
+    if option == "--out":
+        return Path(value)
+    if option == "--only":  # an option of docs-artifacts: a name of its artifacts
+        return [value] if value in DOCS_ARTIFACTS else None
+    if option == "--devices":
+        if not items or not all(_DEVICE_NAMES.fullmatch(t) for t in items):
+            return None
+        return items[0] if len(items) == 1 else items
+    if option in ("--ranks", "--seeds"):
+        minimum = 1 if option == "--ranks" else 0
+        values = [_integer(t, minimum) for t in items]
+        return tuple(values) if values and None not in values else None
+    if option == "--n-jobs":  # a nonzero integer, -1 for all cores
+        n = _integer(value, -(10**6))
+        return n if n else None
+    return _integer(value, 1)  # --max-epochs, --check-every: positive integers
