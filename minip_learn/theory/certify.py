@@ -28,7 +28,13 @@ lower bound on the rank of every nonnegative kernel head that solves the whole f
    :data:`~minip_learn.theory._search.SEARCHES` are run -- greedy by degree, greedy in
    order of reach, greedy on one candidate per query (each followed by dropping rows
    while that improves the bound), and an exhaustive branch and bound where the
-   candidate set is small -- and the best set wins.
+   candidate set is small -- and the best set wins. The same searches then run on the
+   family's *token pools* (:func:`~minip_learn.theory._pools.weight_pools`: the tokens
+   of one Hamming weight, and of two weights ``w`` and ``n_bits - w``): a pool's
+   sub-family (the sequences whose tokens all lie in it) holds exactly the triples
+   whose three tokens do, so its set is a set of the whole family, and it wins when it
+   certifies more. A pool is searched only when it is a proper part of the family and
+   holds enough queries that reach enough keys to beat the best set found.
 4. **bound** (R5). The per-pair bound ``r > n^2 / (n + sum eps_ij^2)`` (and ``r >= n``
    under diagonal dominance): :func:`~minip_learn.theory.bounds.rank_from_denominators`
    for the certificate, :func:`~minip_learn.theory.bounds.rank_from_sums` for every
@@ -42,7 +48,8 @@ JSON (:meth:`Certificate.to_json`) and checked by
 :func:`~minip_learn.theory.verify_certificate`, which shares no code with this module.
 """
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -51,7 +58,14 @@ from .._memory import trim_heap
 from .._progress import stages
 from .._validation import check_sequences
 from ..compact import is_compact
-from ._constraints import constraints, constraints_reference, reach, reach_reference
+from ._constraints import (
+    Constraints,
+    constraints,
+    constraints_reference,
+    reach,
+    reach_reference,
+)
+from ._pools import weight_pools
 from ._search import search
 from ._selection import reciprocals
 from .bounds import rank_from_denominators
@@ -82,7 +96,10 @@ def certify(X, *, query="all", positional=False, return_certificate=False,
 
     Adding sequences never lowers the result where the search is exhaustive (small
     candidate sets); on larger families several searches are run and the best
-    certificate found is returned.
+    certificate found is returned. Adding tokens never lowers it below what the
+    family's token pools certify: the sub-family of the tokens of one Hamming weight,
+    and of two weights ``w`` and ``n_bits - w``, are searched too, and a certificate
+    found there is returned as one of the whole family (it verifies against ``X``).
 
     Parameters
     ----------
@@ -152,10 +169,11 @@ def _certify(X, *, reference=False, query="all", positional=False, progress=Fals
     with stages("certify", STAGES, progress) as bar:
         bar.start("constraints")
         cons = _find_constraints(X, query, positional, reference)
+        pools = _token_pools(cons)
         bar.start("reach")
-        chains = _find_chains(cons, reference)
+        chains = _find_chains(cons, reference, release=not pools)
         bar.start("search")
-        selection = search(cons, chains)
+        selection = _search_pools(cons, chains, pools, reference)
         bar.start("bound")
         bound = _bound(selection)
         return _certificate(cons, selection, bound, query=query, positional=positional)
@@ -170,13 +188,81 @@ def _find_constraints(X, query, positional, reference):
     return constraints(X, query, positional)
 
 
-def _find_chains(cons, reference):
+def _find_chains(cons, reference, release=True):
     """The best chains of ``cons`` (:class:`~._constraints.Reach`); the triples are
-    released then (the chains hold what the search needs)."""
+    released then (the chains hold what the search needs), unless ``release=False``
+    (the pools still read them)."""
     chains = reach_reference(cons) if reference else reach(cons, drop_single=True)
-    cons.release()
-    trim_heap()
+    if release:
+        cons.release()
+        trim_heap()
     return chains
+
+
+def _token_pools(cons):
+    """The pools of :func:`~._pools.weight_pools` that may name a proper sub-family of
+    ``cons``: each as ``(name, in_pool)``, a boolean per token, keeping a token of the
+    triples out (else the pool's triples are all of them)."""
+    if len(cons) < 2:                       # a sub-family holds at most one triple
+        return []
+    used = np.zeros(len(cons.tokens), dtype=bool)
+    for column in (cons.x, cons.y, cons.z):
+        used[column] = True
+    return [(name, mask) for name, mask in weight_pools(cons.tokens)
+            if (used & ~mask).any() and (used & mask).sum() >= 2]
+
+
+def _search_pools(cons, chains, pools, reference):
+    """The best :class:`~._search.Selection` of the family and of its pools.
+
+    A pool's sub-family (the sequences whose tokens all lie in the pool) holds exactly
+    the triples of ``cons`` whose three tokens lie in it, so its selection is made
+    from those triples, on the family's token indices: it is a selection of the whole
+    family, whose chains are those of a sub-family. A pool is searched only when it
+    could certify more than the best so far (:func:`_pool_limit`) and its triples
+    differ from those of every pool searched before; a selection from a pool
+    replaces the best one only when it certifies more, and is then not exhaustive
+    (the whole family holds sets the pool's search did not see). ``cons`` is released
+    at the end.
+    """
+    best = search(cons, chains)
+    seen = set()
+    for _, in_pool in pools:
+        floor = best.found.rank if best is not None else 1
+        keep = in_pool[cons.x] & in_pool[cons.y] & in_pool[cons.z]
+        digest = hashlib.blake2b(np.packbits(keep).tobytes(), digest_size=16).digest()
+        if digest in seen or _pool_limit(cons, keep, floor) <= floor:
+            continue
+        seen.add(digest)
+        sub = _sub_constraints(cons, keep)
+        found = search(sub, _find_chains(sub, reference))
+        if found is not None and found.found.rank > floor:
+            best = replace(found, found=replace(found.found, exhaustive=False))
+    if pools:
+        cons.release()
+        trim_heap()
+    return best
+
+
+def _pool_limit(cons, keep, floor):
+    """An upper limit on the rank the triples ``keep`` of ``cons`` can certify, cheap
+    beside the search: a set of more than ``floor`` (query, key) pairs has distinct
+    queries, each reaching the more than ``floor - 1`` keys of the others, so each
+    query keeps triples to at least ``floor`` distinct keys ``z``; the rank is at most
+    the number of pairs (R5)."""
+    if not keep.any():
+        return 1
+    T = np.int64(len(cons.tokens))
+    reached = np.unique(cons.x[keep].astype(np.int64) * T + cons.z[keep])
+    per_query = np.bincount(reached // T, minlength=int(T))
+    return max(1, int((per_query >= floor).sum()))
+
+
+def _sub_constraints(cons, keep):
+    """The triples ``keep`` of ``cons`` (on the same tokens)."""
+    K = None if cons._K is None else cons._K[keep]
+    return Constraints(cons.tokens, cons.seq_len, cons.x[keep], cons.y[keep],
+                       cons.z[keep], K, cons.gap[keep])
 
 
 @dataclass(frozen=True)

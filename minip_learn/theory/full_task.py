@@ -29,6 +29,7 @@ from sklearn.utils import Bunch
 from .._validation import check_int, distinct_tokens
 from ..compact import CompactFamily, pack_tokens
 from ._full_task_search import best_pairs
+from ._pools import weight_pools
 from .certify import certify
 from .codes import greedy_constant_weight_code, hadamard_code, hadamard_orders, product_code
 from .design import LADDER_GAPS, block_designs, witness_family
@@ -334,11 +335,13 @@ def full_task_pools(n_bits, *, search_nodes=200000, tokens=None):
     ------
     name : str
         ``"weight-w"`` (the tokens of weight ``w``), ``"weights-w+v"`` (two weights
-        ``w + v = m``), ``"<code>+keys"`` (a code of :mod:`~minip_learn.theory.codes`
-        with the complements of its words), ``"design-<code>-<gap>"`` (the witness
-        family of :func:`~minip_learn.theory.witness_family` on the code, ladder gap
-        ``gap`` or ``single`` steps), ``"search"`` (the pairs of the exhaustive search,
-        with the tokens of their chains).
+        ``w + v = m``; these two kinds are the pools :func:`~minip_learn.theory.certify`
+        also tries on every family), ``"<code>+keys"`` (a code of
+        :mod:`~minip_learn.theory.codes` with the complements of its words),
+        ``"design-<code>-<gap>"`` (the witness family of
+        :func:`~minip_learn.theory.witness_family` on the code, ladder gap ``gap`` or
+        ``single`` steps), ``"search"`` (the pairs of the exhaustive search, with the
+        tokens of their chains).
     family : CompactFamily
         The pool's sub-family of the task: the full task over the pool's tokens, or
         the design's own family.
@@ -358,10 +361,7 @@ def full_task_pools(n_bits, *, search_nodes=200000, tokens=None):
     def inside(words):
         return np.array([bytes(t) in key for t in np.packbits(words, axis=1)], dtype=bool)
 
-    weight = toks.sum(1)
-    named = [(f"weight-{w}", toks[weight == w]) for w in range(1, m)]
-    named += [(f"weights-{w}+{m - w}", toks[(weight == w) | (weight == m - w)])
-              for w in range(1, (m + 1) // 2)]
+    named = [(name, toks[mask]) for name, mask in weight_pools(toks)]
     codes = _code_pools(m)
     named += [(f"{name}+keys", _with_keys(words)) for name, words in codes]
     for name, words in named:
