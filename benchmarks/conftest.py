@@ -284,11 +284,15 @@ def markdown(res):
 
         out += _section(
             "(j) Compute ops and host syncs (counted with TorchDispatchMode)",
-            "Per epoch (median) and per check, or for the whole run.",
+            "Per epoch after the first (median), per check, the first epoch (which "
+            "prepares the input once), or for the whole run.",
             ["fit", "check_every", "compute ops / epoch", "syncs / plain epoch",
-             "syncs / check", "compute ops (run)", "syncs (run)"],
+             "syncs / check", "first epoch: ops, syncs", "compute ops (run)",
+             "syncs (run)"],
             [[r["fit"], r["check_every"], figure(r.get("ops_per_epoch")),
               figure(r.get("syncs_per_plain_epoch")), figure(r.get("syncs_per_check")),
+              "-" if "first_epoch_ops" not in r else
+              f"{r['first_epoch_ops']}, {r['first_epoch_syncs']}",
               figure(r.get("ops")), figure(r.get("syncs"))] for r in res["dispatch"]])
     for s in res["skipped"]:
         out.append(f"Skipped: {s['test']}: {s['reason']}")
