@@ -464,10 +464,11 @@ def _docs_artifacts(args):
         args.running = where
         print(f"[{name}] {_grid(art)} -> {where}/ ({_minutes(art['minutes'])})", flush=True)
         with recorded_command(args.command_line):
+            # an artifact that names no ``ensemble`` runs with its recipe's default
+            stacked = {"ensemble": art["ensemble"]} if "ensemble" in art else {}
             res = run_experiment(art["experiment"], quick=art["quick"], out=where,
                                  n_jobs=args.n_jobs, devices=args.devices,
-                                 ensemble=art.get("ensemble", False),
-                                 progress=_progress(args))
+                                 progress=_progress(args), **stacked)
         _print_result(name, res, where)
         ok &= all(res.checks.values())
     return _done(t0, ok)

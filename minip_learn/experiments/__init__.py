@@ -72,7 +72,8 @@ EXPERIMENTS = ("witness", "length", "ood", "beyond", "maps", "scaling", "exact",
 #: ``minip-learn reproduce docs-artifacts`` regenerates them: name -> ``experiment``,
 #: ``quick`` (the grid), ``folder`` (under ``docs/_static``), ``minutes`` (about
 #: how long the run takes on 2 cores) and, optionally, ``ensemble`` (its sweeps
-#: trained as stacks, as ``--ensemble`` does). Each runs with the recipe's
+#: trained as stacks, as ``--ensemble`` does; without it, the recipe's default: stacks
+#: for ``scaling`` only). Each runs with the recipe's
 #: ``SETTINGS``.
 DOCS_ARTIFACTS = {
     "witness-quick": dict(experiment="witness", quick=True, folder="witness-quick",
