@@ -750,3 +750,252 @@ def test_pair_readout_gradient_at_a_denominator_equal_to_eps():
     for got, want in zip(torch.autograd.grad(fast.sum(), (alpha, g)),
                          torch.autograd.grad(ref.sum(), (alpha, g))):
         torch.testing.assert_close(got, want, **TOL)
+
+
+# -- edges the mutation run found untested: guards at 0 and eps, defaults, decays, dispatch --
+#
+# Each test states a documented property (docstrings of ``nn/ops``) and checks it against a
+# formula written here: exact guards (a nonnegative zero denominator becomes 1, a signed one
+# is ``sign(den) max(|den|, eps)`` with ``sign(0) = +1``), default arguments, the
+# per-sequence shifts of log-features, and which of two documented evaluations runs.
+
+def test_guard_denominator_and_the_naive_guard_at_their_edges():
+    """A nonnegative kernel's zero denominator becomes exactly 1 and positive ones are kept
+    however small; a signed one is ``sign(den) max(|den|, eps)`` with ``sign(0) = +1`` and
+    ``eps = 1e-3`` by default -- in ``guard_denominator`` and in the reference's guard."""
+    den = torch.tensor([0.0, 2.0, 1e-9], dtype=F64)
+    kept = torch.tensor([1.0, 2.0, 1e-9], dtype=F64)
+    signed = torch.tensor([0.5, 1e-4, -1e-4, 0.0, -2.0], dtype=F64)
+    clamped = torch.tensor([0.5, 1e-3, -1e-3, 1e-3, -2.0], dtype=F64)
+    for guard in (ops.guard_denominator, naive._guard):
+        assert torch.equal(guard(den, nonnegative=True), kept)
+        assert torch.equal(guard(signed, nonnegative=False), clamped)
+        assert torch.equal(guard(torch.tensor([-2.0, 0.0, 1e-6, -1e-6]), nonnegative=False,
+                                 eps=0.1), torch.tensor([-2.0, 0.1, 0.1, -0.1]))
+
+
+def test_naive_kernel_attention_guards_exactly_at_the_edges():
+    """The reference divides by the guarded denominator at its edges: with one-hot keys
+    ``alpha_ij = phi_q[i, j]``, so the denominators are exactly 0, ``+-eps/2`` and beyond
+    ``eps`` (signed, a given ``eps``), or exactly 0 and far below ``1e-3`` (nonnegative:
+    ``u = 0`` and an exact division)."""
+    eye = torch.eye(5, dtype=F64)
+    v = torch.tensor([[1.0, -2.0], [3.0, 0.5], [-4.0, 2.0], [0.5, 1.0], [2.0, -1.0]],
+                     dtype=F64)
+    phi_q = torch.tensor([[1.0, -1.0, 0.0, 0.0, 0.0],     # den 0
+                          [0.5, -0.25, 0.0, 0.0, 0.0],    # den eps / 2
+                          [-0.5, 0.25, 0.0, 0.0, 0.0],    # den -eps / 2
+                          [1.0, 0.5, -0.75, 0.0, 0.0],    # den 3 eps / 2
+                          [0.0, 0.0, 0.0, -1.0, 0.25]],   # den -3 eps / 2
+                         dtype=F64)
+    den = phi_q.sum(-1, keepdim=True)
+    torch.testing.assert_close(naive.kernel_attention(phi_q, eye, v, nonnegative=False, eps=0.5),
+                               (phi_q @ v) / _guard_ref(den, False, 0.5), **TOL)
+    phi_q = torch.tensor([[0.0] * 5, [1e-4, 0.0, 1e-4, 0.0, 0.0], [1e-6] * 5,
+                          [1.0, 2.0, 0.0, 0.5, 0.0], [0.0, 0.0, 0.0, 0.0, 3e-5]], dtype=F64)
+    den = phi_q.sum(-1, keepdim=True)
+    u = naive.kernel_attention(phi_q, eye, v, nonnegative=True)
+    torch.testing.assert_close(u, (phi_q @ v) / torch.where(den > 0, den, 1.0), **TOL)
+    assert not u[0].any()
+
+
+def test_log_decay_takes_one_as_no_decay_and_names_its_range():
+    """``gamma`` lies in ``(0, 1]``: 1 is allowed (``log gamma = 0``, the same causal form as
+    no decay); anything else raises with the range in the message."""
+    assert ops.log_decay(1.0) == 0.0 and ops.log_decay(None) == 0.0
+    assert AttentionSpec(True, decay=1.0).log_gamma == 0.0
+    assert ops.log_decay(0.5) == math.log(0.5)
+    fast_in, _, v, *_ = _causal_case(((2,), 5, 3, 2), False, False)
+    torch.testing.assert_close(ops.causal_attend(*fast_in, v, nonnegative=True, decay=1.0),
+                               ops.causal_attend(*fast_in, v, nonnegative=True), **TOL)
+    for decay in (1.5, 0.0):
+        with pytest.raises(ValueError, match=re.escape(
+                f"decay must be in (0, 1]; got {decay!r}.")):
+            ops.log_decay(decay)
+
+
+def test_offsets_of_blocks_that_start_anywhere():
+    """``offsets(n_q, n_k, q0, k0)[a, b] = (q0 + a) - (k0 + b)``, shape (n_q, n_k)."""
+    for n_q, n_k, q0, k0 in ((2, 3, 0, 0), (2, 3, 1, 2), (3, 2, 4, 1), (1, 4, 0, 3)):
+        want = torch.tensor([[(q0 + a) - (k0 + b) for b in range(n_k)] for a in range(n_q)])
+        assert torch.equal(ops.masks.offsets(n_q, n_k, q0, k0), want)
+        assert torch.equal(ops.masks.offsets(n_q, n_k, q0=q0, k0=k0), want)
+
+
+@pytest.mark.parametrize("nonnegative, scale, eps", [(True, 1e-3, None), (False, 0.3, None),
+                                                     (False, 0.3, 0.5)])
+@pytest.mark.parametrize("decay", [None, 0.8])
+def test_last_forms_guard_defaults_and_shape_as_documented(nonnegative, scale, eps, decay):
+    """The final-query forms: ``u_{N-1} = sum_j gamma^(N-1-j) alpha_{N-1,j} v_j / guard(...)``
+    of plain features by default (``log_domain=False``), ``eps = 1e-3`` by default, a given
+    ``eps`` honoured, a nonnegative kernel's small denominators divided by exactly; the
+    readout ``<w_{N-1}, u_{N-1}> + b_{N-1}`` with its position axis kept, (..., 1)."""
+    gen = torch.Generator().manual_seed(25)
+    n = 5
+    q, k = (torch.randn(2, 3, n, 4, generator=gen, dtype=F64) for _ in range(2))
+    q, k = ((q.exp(), k.exp()) if nonnegative else (q, k))
+    q, k = scale * q, scale * k
+    v, w = (torch.randn(2, 3, n, 3, generator=gen, dtype=F64) for _ in range(2))
+    b = torch.randn(2, 3, n, generator=gen, dtype=F64)
+    gamma = 1.0 if decay is None else decay
+    alpha = (q[..., -1:, :] * k).sum(-1) * gamma ** torch.arange(n - 1, -1, -1, dtype=F64)
+    den = _guard_ref(alpha.sum(-1, keepdim=True), nonnegative, 1e-3 if eps is None else eps)
+    u = (alpha[..., None] * v).sum(-2) / den
+    kw = dict(nonnegative=nonnegative, decay=decay, **({} if eps is None else dict(eps=eps)))
+    torch.testing.assert_close(ops.last_attend(q, k, v, **kw), u, **TOL)
+    y = ops.last_head_output(q, k, v, w, b, **kw)
+    assert y.shape == (2, 3, 1)
+    torch.testing.assert_close(y, ((w[..., -1, :] * u).sum(-1) + b[..., -1])[..., None], **TOL)
+
+
+def test_last_forms_decay_on_the_device_of_their_inputs():
+    """The decay of the final-query form is built on the inputs' device (``meta`` here)."""
+    q, v = (torch.empty(2, 5, n, dtype=F64, device="meta") for n in (3, 2))
+    for log_domain in (False, True):
+        out = ops.last_attend(q, q, v, nonnegative=True, decay=0.5, log_domain=log_domain)
+        assert out.device.type == "meta" and out.shape == (2, 2)
+        y = ops.last_head_output(q, q, v, v, v[..., 0], nonnegative=True, decay=0.5,
+                                 log_domain=log_domain)
+        assert y.device.type == "meta" and y.shape == (2, 1)
+
+
+def test_is_short_compares_the_costs_of_the_two_forms():
+    """Explicit ``N x N`` kernel (about ``N^2 (r + d)``) while it costs at most the sketch
+    (``N r d`` and many tiny products, counted twice): ``N (r + d) <= 2 r d``, a tie
+    included. The docstring's examples, the crossover of ``r = 16, d = 24`` at
+    ``N = 19.2`` and the tie ``N = r = d``."""
+    assert ops.is_short(3, 16, 24) and not ops.is_short(1000, 16, 24)
+    assert ops.is_short(19, 16, 24) and not ops.is_short(20, 16, 24)
+    assert ops.is_short(8, 8, 8) and not ops.is_short(9, 8, 8)
+    assert ops.is_short(1, 1, 1) and not ops.is_short(2, 1, 1)
+
+
+@pytest.mark.parametrize("n, r, d", [(3, 16, 2), (10, 16, 2), (5, 4, 100), (40, 6, 2)])
+def test_attend_takes_the_sketch_for_long_sequences_only(monkeypatch, n, r, d):
+    """Short sequences (:func:`is_short`) go through the explicit kernel, longer ones
+    through the sketch (counted here); both give the attended values."""
+    gen = torch.Generator().manual_seed(26)
+    q, k = (torch.randn(2, n, r, generator=gen, dtype=F64).exp() for _ in range(2))
+    v = torch.randn(2, n, d, generator=gen, dtype=F64)
+    alpha = q @ k.transpose(-2, -1)
+    sketches = []
+    real = ops.kernel.sketch
+    monkeypatch.setattr(ops.kernel, "sketch", lambda *a: sketches.append(1) or real(*a))
+    torch.testing.assert_close(ops.attend(q, k, v, nonnegative=True),
+                               (alpha @ v) / alpha.sum(-1, keepdim=True), **TOL)
+    assert bool(sketches) == (not ops.is_short(n, r, d))
+
+
+@pytest.mark.parametrize("nonnegative, scale, eps", [(True, 1e-3, None), (False, 0.3, None),
+                                                     (False, 0.3, 0.5)])
+def test_attend_guards_as_documented(nonnegative, scale, eps):
+    """``u_i = sum_j alpha_ij v_j / guard(sum_j alpha_ij)`` on short and long sequences:
+    default ``eps = 1e-3``, a given ``eps`` honoured, a nonnegative kernel's small
+    denominators divided by exactly."""
+    gen = torch.Generator().manual_seed(27)
+    for n, r in ((3, 16), (40, 2)):
+        q, k = (torch.randn(2, n, r, generator=gen, dtype=F64) for _ in range(2))
+        q, k = ((q.exp(), k.exp()) if nonnegative else (q, k))
+        q, k = scale * q, scale * k
+        v = torch.randn(2, n, 3, generator=gen, dtype=F64)
+        alpha = q @ k.transpose(-2, -1)
+        den = _guard_ref(alpha.sum(-1, keepdim=True), nonnegative, 1e-3 if eps is None else eps)
+        kw = dict(nonnegative=nonnegative, **({} if eps is None else dict(eps=eps)))
+        torch.testing.assert_close(ops.attend(q, k, v, **kw), (alpha @ v) / den, **TOL)
+
+
+def _log_attention_ref(lq, lk, v):
+    """Non-causal attention of log-features computed in the log domain:
+    ``log alpha_ij = logsumexp_r(lq_ir + lk_jr)``, each row's softmax (any magnitude)."""
+    la = torch.logsumexp(lq[..., :, None, :] + lk[..., None, :, :], -1)
+    return torch.softmax(la, -1) @ v
+
+
+def test_log_domain_features_are_shifted_per_sequence_and_query():
+    """``attention_features`` shifts keys by their per-sequence, per-feature maximum and each
+    query by its own: with sequences thousands of e-folds apart in one batch (queries of the
+    second, keys of the third), every feature is ``<= 1``, every query's denominator is
+    ``>= 1`` and the attended values are exact."""
+    gen = torch.Generator().manual_seed(28)
+    lq, lk = (torch.randn(3, 4, 3, generator=gen, dtype=F64) for _ in range(2))
+    v = torch.randn(3, 4, 2, generator=gen, dtype=F64)
+    lq = lq + torch.tensor([0.0, 2000.0, 0.0], dtype=F64)[:, None, None]
+    lk = lk + torch.tensor([0.0, 0.0, -2000.0], dtype=F64)[:, None, None]
+    phi_q, phi_k = ops.attention_features(lq, lk, log_domain=True)
+    assert phi_q.max() <= 1 and phi_k.max() <= 1
+    assert ((phi_q @ phi_k.transpose(-2, -1)).sum(-1) >= 1).all()
+    torch.testing.assert_close(ops.attend(phi_q, phi_k, v, nonnegative=True),
+                               _log_attention_ref(lq, lk, v), **TOL)
+
+
+def test_recurrent_log_domain_shifts_each_query_by_its_own_maximum():
+    """``recurrent_step`` shifts the query by its own maximum: two sequences whose queries
+    lie 2000 e-folds apart in one batch both stay exact."""
+    gen = torch.Generator().manual_seed(29)
+    lq, lk = (torch.randn(2, 5, 3, generator=gen, dtype=F64) for _ in range(2))
+    v = torch.randn(2, 5, 2, generator=gen, dtype=F64)
+    lq = lq + torch.tensor([0.0, 2000.0], dtype=F64)[:, None, None]
+    out = ops.recurrent_attend(lq, lk, v, nonnegative=True, log_domain=True)
+    torch.testing.assert_close(out, _causal_log_ref(lq, lk, v, 0.0), **TOL)
+
+
+def _spiked_log_features(n, spike_at, seed):
+    """Log-features of moderate size with one key, at ``spike_at`` in the first sequence,
+    2000 e-folds above the others in its first feature."""
+    gen = torch.Generator().manual_seed(seed)
+    lq, lk = (torch.randn(2, n, 2, generator=gen, dtype=F64) for _ in range(2))
+    v = torch.randn(2, n, 2, generator=gen, dtype=F64)
+    lk[0, spike_at, 0] += 2000.0
+    return lq, lk, v
+
+
+@pytest.mark.parametrize("spike_at", [3, 12, 39])
+def test_log_domain_causal_attend_is_exact_before_a_huge_later_key(spike_at):
+    """The output at ``i`` never depends on later tokens (:func:`causal_attend`): a key 2000
+    e-folds above the earlier ones leaves the outputs before it exact, in one masked block
+    (``chunk_size`` = N, the whole sequence), in blocks of one position and in blocks
+    that hold the key and earlier positions (the block's kernel is shifted per query over
+    the keys it sees)."""
+    n = 40
+    lq, lk, v = _spiked_log_features(n, spike_at, seed=30)
+    ref = _causal_log_ref(lq, lk, v, 0.0)
+    for chunk_size in (1, 3, 8, 32, n):
+        out = ops.causal_attend(lq, lk, v, nonnegative=True, log_domain=True,
+                                chunk_size=chunk_size)
+        torch.testing.assert_close(out, ref, **TOL)
+
+
+@pytest.mark.parametrize("n_a, n_c, loops", [(1, 1, True), (3, 3, True), (4, 5, True),
+                                             (8, 8, True), (1, 64, True), (9, 8, False),
+                                             (65, 1, False), (10, 10, False)])
+def test_pairwise_dots_loops_over_at_most_loop_tokens_squared_pairs(monkeypatch, n_a, n_c,
+                                                                    loops):
+    """Few token pairs (at most ``LOOP_TOKENS ** 2``) go through the loop over the pairs
+    with its hand-written backward (counted here), more through a matrix product; both
+    give every inner product."""
+    gen = torch.Generator().manual_seed(31)
+    a, c = (torch.randn(2, n, 3, generator=gen, dtype=F64) for n in (n_a, n_c))
+    calls = []
+    real = ops.pair._PairDots.apply
+    monkeypatch.setattr(ops.pair._PairDots, "apply", lambda *t: calls.append(1) or real(*t))
+    torch.testing.assert_close(ops.pairwise_dots(a, c), torch.einsum("bik,bjk->bij", a, c),
+                               **TOL)
+    assert bool(calls) == loops
+
+
+def test_pairwise_dots_broadcasts_leading_dimensions():
+    """Token sets with different leading dimensions broadcast like a matrix product (the
+    loop over pairs needs equal ones): a key set shared by a batch of query sets, as
+    :func:`explicit_kernel` forms with a rank mask per member, and the other way round."""
+    gen = torch.Generator().manual_seed(32)
+    fq, fk = (torch.randn(n, 5, generator=gen, dtype=F64) for n in (2, 3))
+    mask = torch.tensor([[1.0, 0.0, 1.0, 1.0, 0.0], [1.0] * 5, [0.0, 1.0, 1.0, 0.0, 1.0]],
+                        dtype=F64)[:, None, :]  # (3 members, 1, r)
+    torch.testing.assert_close(ops.explicit_kernel(fq, fk, log_domain=False, mask=mask),
+                               torch.einsum("ik,mk,jk->mij", fq, mask[:, 0], fk), **TOL)
+    a, c = torch.randn(2, 4, generator=gen, dtype=F64), torch.randn(3, 2, 4, generator=gen,
+                                                                    dtype=F64)
+    torch.testing.assert_close(ops.pairwise_dots(a, c), torch.einsum("ik,bjk->bij", a, c),
+                               **TOL)
+    torch.testing.assert_close(ops.pairwise_dots(c, a), torch.einsum("bik,jk->bij", c, a),
+                               **TOL)

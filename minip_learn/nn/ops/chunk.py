@@ -130,8 +130,10 @@ class LogPrefixSketch:
     It holds ``exp(a_jk - m_k)`` with ``a_jk = lk_jk + (t0-1-j) log gamma`` and the
     running maximum ``m_k = max_j a_jk``: a new block's keys rescale it by
     ``exp(m_old - m_new) <= 1``, and moving on by ``C`` positions only shifts ``m`` by
-    ``C log gamma``. A block's own keys are shifted by their maximum per feature, and
-    each query row by its maximum over both parts.
+    ``C log gamma``. Within a block the kernel is taken in the log domain
+    (:func:`~minip_learn.nn.ops.kernel.log_kernel`, the keys after a query masked), and
+    each query row is shifted by its maximum over the keys it sees in both parts, so
+    the output at ``i`` is computed from the tokens up to ``i`` alone.
 
     Parameters
     ----------
@@ -157,16 +159,16 @@ class LogPrefixSketch:
         queries ``q`` (log-features) over the prefix and the block's keys and values,
         each up to one positive scale per query."""
         C, lg, dtype, device = q.shape[-2], self.log_gamma, q.dtype, q.device
-        M = finite_or_zero(k.amax(-2, keepdim=True)).detach()
-        qs = q + M
-        c = qs.amax(-1).detach()
+        # the block's kernel in the log domain, -inf above the diagonal: a key after
+        # the query takes no part in its shift
+        la = log_kernel(q, k) + decayed_mask(C, lg, log=True, dtype=dtype, device=device)
+        c = la.amax(-1).detach()
         if self.S is not None:
             # the state's log-weight for query i: lq_i + (i - t0 + 1) log gamma + m
             qa = q + position_decay(C, lg, 1, dtype, device, log=True) + self.m.unsqueeze(-2)
             c = torch.maximum(c, qa.amax(-1).detach())
         c = finite_or_zero(c).unsqueeze(-1)
-        dec = decayed_mask(C, lg, dtype=dtype, device=device)
-        alpha = pairwise_dots(torch.exp(qs - c), torch.exp(k - M)) * dec
+        alpha = torch.exp(la - c)
         num, den = alpha @ v, alpha.sum(-1)
         if self.S is not None:
             pq = torch.exp(qa - c)
