@@ -156,10 +156,10 @@ def _damaged(path, kind):
 @pytest.mark.parametrize("name, kind, reason", [
     ("cert.json", "truncated", "certificate is not valid JSON"),
     ("cert.json", "flipped", "is not UTF-8 text"),   # bytes ^ 0xFF: invalid UTF-8
-    ("cert.json", "empty", "certificate is not valid JSON"),
+    ("cert.json", "empty", "is empty."),
     ("cert.json.gz", "truncated", "is not complete gzip data"),
     ("cert.json.gz", "flipped", "is not complete gzip data"),
-    ("cert.json.gz", "empty", "certificate is not valid JSON"),  # no gzip member: no text
+    ("cert.json.gz", "empty", "is empty."),  # no gzip member: no text
 ])
 def test_damaged_certificate_files_are_one_line(family_file, tmp_path, capsys, name, kind,
                                                 reason):
@@ -175,6 +175,8 @@ def test_damaged_certificate_files_are_one_line(family_file, tmp_path, capsys, n
     assert captured.out == ""  # neither "valid" nor "INVALID"
     assert captured.err.startswith(f"minip-learn: error: certificate file {cert}")
     assert captured.err.count("\n") == 1 and reason in captured.err
+    # a path was given: no hint about passing one
+    assert "pass a path" not in captured.err
 
 
 def test_not_utf8_and_not_gzip_certificates(family_file, tmp_path, capsys):

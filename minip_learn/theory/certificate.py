@@ -389,9 +389,11 @@ class Certificate:
             except UnicodeDecodeError as exc:
                 raise ValueError(f"certificate file {name} is not UTF-8 text "
                                  f"({_one_line(exc, 120)}).") from None
+        if not text.strip():
+            raise ValueError(f"certificate file {name} is empty.")
         try:
-            return cls.from_json(text)
-        except ValueError as exc:
+            return cls(**_certificate_fields(_document(text, from_path=True)))
+        except _FormatError as exc:
             raise ValueError(f"certificate file {name}: {exc}") from None
 
 
@@ -478,9 +480,10 @@ def _bad(name, must, value, where=""):
                         f"got {_show(value)}.")
 
 
-def _document(text):
+def _document(text, *, from_path=False):
     """The JSON object of a certificate text, its ``format``, ``version`` and field
-    names checked (see :meth:`Certificate.from_json`)."""
+    names checked (see :meth:`Certificate.from_json`); ``from_path``: the text of a
+    file (no hint that a str is read as JSON text)."""
     if isinstance(text, (bytes, bytearray, memoryview)):
         try:
             text = bytes(text).decode("utf-8")
@@ -493,7 +496,7 @@ def _document(text):
     try:
         doc = _loads(text)
     except _FormatError as exc:
-        if len(text) < 4096 and text.lstrip()[:1] not in ("{", "["):
+        if not from_path and len(text) < 4096 and text.lstrip()[:1] not in ("{", "["):
             raise _FormatError(f"{str(exc).rstrip('.')} (a str or bytes is read as JSON "
                                "text; pass a path such as pathlib.Path to read a file).") from None
         raise

@@ -503,3 +503,17 @@ def test_fuzz_a_certificate_objects_field(small, field, value):
         verify_certificate(cert, X, raise_on_failure=False)
     except ValueError as exc:
         assert "\n" not in str(exc) and str(exc).startswith(PREFIXES), str(exc)
+
+
+def test_a_file_of_short_text_is_not_told_to_pass_a_path(tmp_path):
+    # the hint about str being read as JSON text is for str and bytes, not for files
+    path = tmp_path / "note.json"
+    path.write_text("hello")
+    with pytest.raises(ValueError, match="not valid JSON") as exc:
+        Certificate.from_file(path)
+    assert "pass a path" not in str(exc.value) and str(path) in str(exc.value)
+    with pytest.raises(ValueError, match="pass a path such as pathlib.Path"):
+        Certificate.from_json("hello")
+    path.write_text("  \n")
+    with pytest.raises(ValueError, match=r"certificate file .*note\.json is empty\.$"):
+        Certificate.from_file(path)
