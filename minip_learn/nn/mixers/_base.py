@@ -217,7 +217,9 @@ class Mixer(nn.Module):
         raise NotImplementedError
 
     def initial_state(self, batch, *, dtype, device):
-        """The state before the first token: a tuple of zero tensors, batch first."""
+        """The state before the first token: a tuple of tensors, batch first (zeros;
+        a log-domain kernel mixer's running maximum of the key log-features starts at
+        ``-inf``)."""
         raise NotImplementedError
 
     def step(self, state, x_t, position=0):
