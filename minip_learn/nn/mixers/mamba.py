@@ -7,7 +7,10 @@ Per channel ``c`` of the value ``v_t`` (``d`` channels), a state ``h_t[c]`` in `
     ``u_t[c] = <C_t, h_t[c]> + D[c] v_t[c]``,
 
 with ``Delta_t = softplus(W_D x_t + c_D)``, ``A = -exp(A_log)`` (``d x r``, learned),
-``B_t = W_B x_t`` and ``C_t = W_C x_t``. State ``d r`` floats. Outside the theorem.
+``B_t = W_B x_t`` and ``C_t = W_C x_t``. The input matrix is discretised to first
+order, ``B-bar = Delta B``, as in the reference scan of the Mamba authors
+(``selective_scan_ref``), not by the zero-order hold ``(Delta A)^-1 (exp(Delta A) - I)
+Delta B`` of the paper's equation 4. State ``d r`` floats. Outside the theorem.
 Its forward runs the recurrent form (the selective scan, ``forward_form =
 "recurrent"``).
 """
