@@ -61,8 +61,9 @@ AREAS = [
      ["tests/theory/test_theory.py", "tests/theory/test_theory_soundness.py",
       "tests/theory/test_certificates.py", "tests/test_properties.py"]),
     ("datasets/_minip.py", "minip_learn.datasets._minip", ["minip_learn/datasets/_minip.py"],
-     ["tests/datasets/test_minip.py", "tests/datasets/test_every_order.py",
-      "tests/datasets/test_full_task.py", "tests/test_properties.py"]),
+     ["tests/datasets/test_minip.py", "tests/datasets/test_minip_formulas.py",
+      "tests/datasets/test_every_order.py", "tests/datasets/test_full_task.py",
+      "tests/test_properties.py"]),
 ]
 KILLED = {"killed", "timeout"}
 #: a mutant name: module, ``.x`` and the mangled function (``xǁClassǁmethod`` for methods)
