@@ -66,13 +66,17 @@ def minip_targets(X, *, query="all"):
 
     Returns
     -------
-    y : ndarray of shape (n_samples, seq_len) or (n_samples,), dtype int64
+    y : ndarray of shape (n_samples, seq_len) or (n_samples,)
         ``y[s, i] = min_j <X[s, i], X[s, j]>`` with ``j = i`` included, so that a
         length-1 sequence gets ``|x_1|``; with ``query="last"`` only ``y[s, -1]``,
-        shape (n_samples,). For a :class:`~minip_learn.compact.CompactFamily` and
-        ``query="all"``, shape (n_samples, n_slots): the target of every slot (0 at
-        padding), computed without materialising ``X``; with ``query="last"`` the
-        target of the last real slot (the final token of the materialised sequence).
+        shape (n_samples,); dtype int64. For a
+        :class:`~minip_learn.compact.CompactFamily` and ``query="all"``, shape
+        (n_samples, n_slots): the target of every slot (0 at padding), computed without
+        materialising ``X``; with ``query="last"`` the target of the last real slot (the
+        final token of the materialised sequence); dtype the smallest signed integer
+        that holds ``n_bits`` (:meth:`CompactFamily.targets
+        <minip_learn.compact.CompactFamily.targets>`), as families of millions of
+        sequences keep their targets small.
 
     Raises
     ------
