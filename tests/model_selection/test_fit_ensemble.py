@@ -240,12 +240,15 @@ def test_members_equal_separate_fits(case, data):
     assert len(epochs) > 1  # members stopped at different epochs: stopping was per member
 
 
-@pytest.mark.parametrize("optimizer, kwargs", [
-    ("Adam", {}), ("AdamW", {"weight_decay": 0.01}),
-    ("SGD", {"momentum": 0.9, "weight_decay": 1e-3})])
+#: torch optimizers and settings whose steps the stacks' tests compare
+STEP_CASES = [("Adam", {}), ("AdamW", {"weight_decay": 0.01}),
+              ("SGD", {"momentum": 0.9, "weight_decay": 1e-3})]
+
+
+@pytest.mark.parametrize("optimizer, kwargs", STEP_CASES)
 def test_foreach_steps_of_a_stack_are_the_per_tensor_steps(optimizer, kwargs):
-    # stacks of several members step with foreach=True: on CPU the same numbers, bit
-    # for bit, as the per-tensor loop that a single fit steps with
+    # an optimizer without a fused step steps a stack with foreach=True: on CPU the
+    # same numbers, bit for bit, as the per-tensor loop that a single fit steps with
     gen = torch.Generator().manual_seed(0)
     shapes = [(20, 24, 24), (20, 24), (20, 46, 16), (20, 1)]
     start = [torch.randn(s, generator=gen) for s in shapes]
@@ -262,9 +265,7 @@ def test_foreach_steps_of_a_stack_are_the_per_tensor_steps(optimizer, kwargs):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("optimizer, kwargs", [
-    ("Adam", {}), ("AdamW", {"weight_decay": 0.01}),
-    ("SGD", {"momentum": 0.9, "weight_decay": 1e-3})])
+@pytest.mark.parametrize("optimizer, kwargs", STEP_CASES)
 def test_a_fused_step_of_a_stack_is_every_members_own_fused_step(optimizer, kwargs):
     # every net steps with fused=True: a stack's step is, bit for bit, the steps of its
     # members' own fits (each member a slice of the stacked parameters)
