@@ -191,7 +191,7 @@ def _takes(optimizer, argument):
         return False
 
 
-#: the devices whose torch optimizers (Adam, AdamW, SGD) have a fused step
+#: the devices whose torch optimizers (Adam, AdamW, SGD, Adagrad) have a fused step
 FUSED_DEVICES = ("cpu", "cuda")
 
 
@@ -201,8 +201,10 @@ def _step_params(optimizer, device):
 
     A fused step updates every parameter in one call with no host sync (its step
     counts stay on the device); torch's default loop makes several calls per parameter
-    and reads every step count on the host. The update is the same elementwise
-    arithmetic, so a member of a stack and its separate fit stay on one trajectory.
+    and reads every step count on the host. An element's update does not depend on
+    the tensor it lies in, so a member of a stack and its separate fit stay on one
+    trajectory (bit for bit for Adam and AdamW; SGD's momentum step may round one ulp
+    apart in the vector and scalar parts of its loop).
     """
     if torch.device(device).type in FUSED_DEVICES and _takes(optimizer, "fused"):
         return {"optimizer__fused": True}
