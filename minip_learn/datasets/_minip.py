@@ -265,7 +265,8 @@ def make_minip(
     data : :class:`~sklearn.utils.Bunch`
         Only when ``return_X_y=False``: ``X``, ``y``, ``gaps`` (per-position gaps,
         shape like ``y``, or None for ``seq_len < 3``), ``query``, ``params`` (the
-        generation parameters), ``n_drawn`` and ``DESCR``.
+        generation parameters), ``n_drawn`` (the candidate sequences drawn up to the
+        last one accepted) and ``DESCR``.
 
     Examples
     --------
@@ -293,23 +294,27 @@ def make_minip(
     query = check_query(query)
     rng = check_random_state(random_state)
 
-    accepted, n_accepted, n_drawn = [], 0, 0
+    # candidates come in batches of one random stream (the batch sizes change nothing
+    # but the speed); ``drawn_at``: the stream position of every accepted candidate
+    accepted, drawn_at, n_accepted, n_drawn = [], [], 0, 0
     seen = set()
     batch = max(64, 2 * n_samples)
     while n_accepted < n_samples and n_drawn < max_draws:
         size = min(batch, max_draws - n_drawn)
         X = (rng.random_sample((size, seq_len, n_bits)) < density).astype(np.uint8)
+        at = n_drawn + np.flatnonzero(_keep(X, min_gap, distinct_tokens, query))
         n_drawn += size
-        X = X[_keep(X, min_gap, distinct_tokens, query)]
+        X = X[at - (n_drawn - size)]
         if unique and len(X):
-            rows = []
-            for x in X:
+            new = []
+            for i, x in enumerate(X):
                 key = x.tobytes()
                 if key not in seen:
                     seen.add(key)
-                    rows.append(x)
-            X = np.stack(rows) if rows else X[:0]
+                    new.append(i)
+            X, at = X[new], at[new]
         accepted.append(X)
+        drawn_at.append(at)
         n_accepted += len(X)
         if n_accepted and n_accepted < n_samples:
             rate = n_accepted / n_drawn
@@ -321,6 +326,7 @@ def make_minip(
             f"{n_drawn} draws; relax them, change density, or raise max_draws."
         )
     X = np.concatenate(accepted)[:n_samples]
+    n_drawn = int(np.concatenate(drawn_at)[n_samples - 1]) + 1  # up to the last accepted
     y = last_targets(X) if query == "last" else token_overlaps(X).min(axis=2)
     if return_X_y:
         return X, y

@@ -331,3 +331,52 @@ def test_make_minip_bunch_no_gaps_below_three_tokens(seq_len, query):
 def test_make_minip_bunch_gaps_at_three_tokens():
     data = make_minip(10, seq_len=3, n_bits=5, random_state=0, return_X_y=False)
     np.testing.assert_array_equal(data.gaps, gaps_by_definition(data.X))
+
+
+def _accepts(x, *, min_gap, distinct_tokens, query):
+    """Whether the sequence ``x`` meets make_minip's constraints, from their
+    definitions: every position's (or the last one's) gap, the second-smallest minus
+    the smallest overlap with the other tokens, at least ``min_gap``; no token twice."""
+    N = len(x)
+    rows = [tuple(int(b) for b in t) for t in x]
+    if distinct_tokens and len(set(rows)) < N:
+        return False
+    if min_gap == 0:
+        return True
+    for i in ([N - 1] if query == "last" else range(N)):
+        overlaps = sorted(sum(a * b for a, b in zip(rows[i], rows[j]))
+                          for j in range(N) if j != i)
+        if overlaps[1] - overlaps[0] < min_gap:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(seq_len=3, n_bits=6, min_gap=2),
+    dict(seq_len=4, n_bits=6, min_gap=1, query="last"),
+    dict(seq_len=3, n_bits=2, distinct_tokens=True),
+    dict(seq_len=2, n_bits=3, unique=True),
+    dict(seq_len=3, n_bits=5, density=0.3, min_gap=1, unique=True)])
+def test_make_minip_n_drawn_counts_the_stream_up_to_the_last_accepted(kwargs):
+    # the candidates are one random stream whatever the batch sizes: drawn here in one
+    # piece and filtered from the definitions, the n-th accepted candidate is the last
+    # one make_minip reports drawn, and the accepted ones are its sequences
+    n, seed = 30, 7
+    data = make_minip(n, random_state=seed, return_X_y=False, **kwargs)
+    N, m = kwargs["seq_len"], kwargs["n_bits"]
+    rng = np.random.RandomState(seed)
+    stream = (rng.random_sample((data.n_drawn, N, m)) < kwargs.get("density", 0.5))
+    stream = stream.astype(np.uint8)
+    accepted, seen = [], set()
+    for i, x in enumerate(stream):
+        if not _accepts(x, min_gap=kwargs.get("min_gap", 0),
+                        distinct_tokens=kwargs.get("distinct_tokens", False),
+                        query=kwargs.get("query", "all")):
+            continue
+        if kwargs.get("unique") and x.tobytes() in seen:
+            continue
+        seen.add(x.tobytes())
+        accepted.append(i)
+    assert len(accepted) == n and accepted[-1] == data.n_drawn - 1
+    np.testing.assert_array_equal(stream[accepted], data.X)
+    assert f"{data.n_drawn} candidate sequences were drawn" in data.DESCR
