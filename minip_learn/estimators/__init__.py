@@ -34,7 +34,8 @@ vocabulary; ``max_epochs=1`` is enough) and then call ``est.net_.load_params``. 
 pickle/joblib for a complete round trip.
 """
 
-from ._base import PREDICT_CHUNK_BYTES, MinIPVersionWarning
+from ._base import PREDICT_CHUNK_BYTES
+from ._versions import MinIPVersionWarning
 from .classifier import KernelAttentionClassifier
 from .kernel import KernelAttentionRegressor
 from .mixer import SequenceMixerRegressor

@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from minip_references import ref_gaps, ref_keep, ref_targets
 
 from minip_learn.datasets import make_minip, minip_gaps, minip_targets
 
@@ -114,26 +115,13 @@ def test_make_minip_bad_arguments(kwargs, match):
 # ---------------------------------------------------------------------------------------
 
 
-def overlaps_by_definition(x):
-    """``<x_i, x_j>`` of one sequence, by explicit sums."""
-    N = len(x)
-    return [[int(sum(int(a) * int(b) for a, b in zip(x[i], x[j]))) for j in range(N)]
-            for i in range(N)]
-
-
 def gaps_by_definition(X):
     """Second-smallest minus smallest overlap with the other tokens, every position."""
-    out = np.empty(X.shape[:2], dtype=np.int64)
-    for s, x in enumerate(X):
-        G = overlaps_by_definition(x)
-        for i in range(len(x)):
-            ov = sorted(G[i][j] for j in range(len(x)) if j != i)
-            out[s, i] = ov[1] - ov[0]
-    return out
+    return np.array(ref_gaps(X), dtype=np.int64).reshape(X.shape[:2])
 
 
 def last_targets_by_definition(X):
-    return np.array([min(overlaps_by_definition(x)[-1]) for x in X], dtype=np.int64)
+    return np.array([row[-1] for row in ref_targets(X)], dtype=np.int64)
 
 
 def test_make_minip_documented_defaults():
@@ -333,24 +321,6 @@ def test_make_minip_bunch_gaps_at_three_tokens():
     np.testing.assert_array_equal(data.gaps, gaps_by_definition(data.X))
 
 
-def _accepts(x, *, min_gap, distinct_tokens, query):
-    """Whether the sequence ``x`` meets make_minip's constraints, from their
-    definitions: every position's (or the last one's) gap, the second-smallest minus
-    the smallest overlap with the other tokens, at least ``min_gap``; no token twice."""
-    N = len(x)
-    rows = [tuple(int(b) for b in t) for t in x]
-    if distinct_tokens and len(set(rows)) < N:
-        return False
-    if min_gap == 0:
-        return True
-    for i in ([N - 1] if query == "last" else range(N)):
-        overlaps = sorted(sum(a * b for a, b in zip(rows[i], rows[j]))
-                          for j in range(N) if j != i)
-        if overlaps[1] - overlaps[0] < min_gap:
-            return False
-    return True
-
-
 @pytest.mark.parametrize("kwargs", [
     dict(seq_len=3, n_bits=6, min_gap=2),
     dict(seq_len=4, n_bits=6, min_gap=1, query="last"),
@@ -369,9 +339,9 @@ def test_make_minip_n_drawn_counts_the_stream_up_to_the_last_accepted(kwargs):
     stream = stream.astype(np.uint8)
     accepted, seen = [], set()
     for i, x in enumerate(stream):
-        if not _accepts(x, min_gap=kwargs.get("min_gap", 0),
-                        distinct_tokens=kwargs.get("distinct_tokens", False),
-                        query=kwargs.get("query", "all")):
+        gaps = ref_gaps([x])[0] if N >= 3 else []
+        if not ref_keep([x], [gaps], kwargs.get("min_gap", 0),
+                        kwargs.get("distinct_tokens", False), kwargs.get("query", "all"))[0]:
             continue
         if kwargs.get("unique") and x.tobytes() in seen:
             continue
