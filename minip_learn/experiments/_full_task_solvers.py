@@ -14,12 +14,41 @@ from ..constructions import exact_kernel_realization, factorized_kernel_head
 from ..estimators import KernelAttentionRegressor
 from ..metrics import TOLERANCE, verify_solver
 from ..nn import KernelAttentionHead
+from ..theory import full_task_tokens, overlap_kernel_features
 
 __all__ = ["ceiling_head", "factorized_candidates", "key_weight_head", "ordered_chunks",
-           "solves", "verify_ordered"]
+           "overlap_head", "solves", "table_head", "verify_ordered"]
 
 #: log-feature of a zero weight (``exp`` of it is 0 in float64)
 _LOG_ZERO = -1e4
+
+
+def table_head(tokens, query_features, key_features, bias):
+    """A ``table`` head with given nonnegative features, ``v(t) = t`` and the readout
+    ``<x, u> + bias``: ``alpha(x, t) = <query_features[x], key_features[t]>``.
+
+    The table map stores log-features: a zero feature is stored as ``_LOG_ZERO``
+    (``exp`` of it is 0 in float64). Rank: the number of columns.
+    """
+    import torch
+
+    tokens = np.asarray(tokens)
+    m, R = tokens.shape[1], query_features.shape[1]
+
+    def log_of(F):
+        F = np.asarray(F, dtype=np.float64)
+        if (F < 0).any():
+            raise ValueError("table_head takes nonnegative features.")
+        with np.errstate(divide="ignore"):
+            return np.where(F > 0, np.log(np.where(F > 0, F, 1.0)), _LOG_ZERO)
+
+    vocabulary = {"vocabulary": tokens}
+    head = KernelAttentionHead(m, R, feature_map="table", feature_kwargs=vocabulary).double()
+    head.set_token_tables(query=torch.as_tensor(log_of(query_features)),
+                          key=torch.as_tensor(log_of(key_features)))
+    head.set_identity_value_readout(bias=float(bias))
+    return KernelAttentionRegressor.from_module(
+        head, rank=R, feature_map="table", feature_kwargs=vocabulary, dtype="float64")
 
 
 def key_weight_head(groups):
@@ -30,21 +59,19 @@ def key_weight_head(groups):
     ``bias`` (:func:`~minip_learn.theory.grouped_key_weights`). Rank: the number of
     groups.
     """
-    import torch
+    T = len(groups.tokens)
+    query = np.zeros((T, groups.rank))
+    query[np.arange(T), groups.query_group] = 1.0
+    return table_head(groups.tokens, query, np.asarray(groups.key_weights).T, groups.bias)
 
-    tokens, G = groups.tokens, groups.rank
-    T, m = tokens.shape
-    query = np.full((T, G), _LOG_ZERO)
-    query[np.arange(T), groups.query_group] = 0.0
-    W = np.asarray(groups.key_weights, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        key = np.where(W > 0, np.log(np.where(W > 0, W, 1.0)), _LOG_ZERO).T
-    vocabulary = {"vocabulary": tokens}
-    head = KernelAttentionHead(m, G, feature_map="table", feature_kwargs=vocabulary).double()
-    head.set_token_tables(query=torch.as_tensor(query), key=torch.as_tensor(key))
-    head.set_identity_value_readout(bias=float(groups.bias))
-    return KernelAttentionRegressor.from_module(
-        head, rank=G, feature_map="table", feature_kwargs=vocabulary, dtype="float64")
+
+def overlap_head(kernel):
+    """The ``table`` head of an overlap kernel
+    (:func:`~minip_learn.theory.overlap_kernel`) over every token of its size: rank
+    ``sum_(j <= D) C(m, j)``, nonnegative features."""
+    tokens = full_task_tokens(kernel.n_bits)
+    query, key = overlap_kernel_features(kernel, tokens)
+    return table_head(tokens, query, key, kernel.bias)
 
 
 def ceiling_head(n_bits):

@@ -15,13 +15,24 @@ checked on all ``2^(3m)`` ordered sequences and saved. Where the bounds meet,
 import json
 import time
 
-import numpy as np
 import pandas as pd
 from sklearn.utils import Bunch
 
 from ..datasets import make_full_task
 from ..estimators import KernelAttentionRegressor
-from ..theory import certify_full_task, grouped_key_weights
+from ..theory import (
+    Certificate,
+    certify_full_task,
+    grouped_key_weights,
+)
+from ..theory.full_task import FULL_TASK_LISTED_BITS
+from ._full_task_report import (
+    bound_exponents,
+    exponent_lines,
+    full_task_figure,
+    measure_unlisted,
+    overlap_record,
+)
 from ._full_task_solvers import (
     ceiling_head,
     factorized_candidates,
@@ -38,12 +49,13 @@ SUMMARY_COLUMNS = (
     "n_bits", "n_sequences", "n_ordered_sequences", "certified_min_rank",
     "smallest_solving_rank", "exact", "lower_method", "upper_method", "solver",
     "solver_max_error", "certificate", "certificate_verified", "search_exhaustive",
-    "group_rank", "factorized_rank", "trained_rank", "ceiling_rank", "certify_time",
-    "upper_time", "settings_key",
+    "group_rank", "factorized_rank", "trained_rank", "ceiling_rank", "overlap_rank",
+    "overlap_degree", "overlap_max_error", "overlap_check", "overlap_check_error",
+    "certify_time", "upper_time", "settings_key",
 )
 
 _QUICK = dict(
-    sizes=(2, 3, 4, 5),
+    sizes=(2, 3, 4, 5, 9, 12, 16),
     # node budget of the exhaustive search for the best certificate
     search_nodes=200000,
     # nonnegative factorisations from the groups' rank minus one down to the certified
@@ -60,13 +72,18 @@ _QUICK = dict(
     train_max_bits=5,
     # ordered sequences per slice when a head is checked on all 2^(3m) of them
     verify_chunk=1 << 18,
+    # above 8 bits (the task not listed): pools of at most this many sequences, and the
+    # overlap kernel checked on this many random sequences besides its exact proof
+    pool_max_sequences=200000,
+    sample_size=100000,
+    sample_seed=0,
 )
 
 #: The recipe's grids: ``SETTINGS["quick"|"full"]``.
 SETTINGS = {
     "quick": _QUICK,
     # m = 7, 8: the groups only (a factorisation refines every multiset each step)
-    "full": {**_QUICK, "sizes": (2, 3, 4, 5, 6, 7, 8), "factorized_max_bits": 6,
+    "full": {**_QUICK, "sizes": tuple(range(2, 33)), "factorized_max_bits": 6,
              "factorized_seeds": (0, 1, 2), "seeds": (0, 1, 2), "max_train_ranks": 3,
              "train_max_bits": 6,
              "kernel": dict(feature_map="table", max_epochs=2000, lr=0.03,
@@ -77,7 +94,8 @@ SETTINGS = {
 def _settings_key(cfg):
     """What a size's row depends on (a resumed row must match it)."""
     keys = ("search_nodes", "factorized", "factorized_seeds", "factorized_max_bits",
-            "kernel", "seeds", "max_train_ranks", "train_max_bits")
+            "kernel", "seeds", "max_train_ranks", "train_max_bits", "pool_max_sequences",
+            "sample_size", "sample_seed")
     return json.dumps({k: cfg[k] for k in keys}, sort_keys=True, default=list)
 
 
@@ -97,7 +115,7 @@ def _lower(recipe, m):
                 lower_method=f"R5 certificate (pool {res.pool})",
                 certificate=path, certificate_verified=bool(res.verified),
                 search_exhaustive=bool(search.iloc[0]) if len(search) else False,
-                certify_time=time.perf_counter() - t0), pools
+                certify_time=time.perf_counter() - t0), pools, res.certificate
 
 
 def _trained(recipe, task, m, lower, best):
@@ -176,23 +194,26 @@ def _best_rank(recs, method):
     return min(ranks) if ranks else None
 
 
-def _measure_size(recipe, m):
+def _measure_size(recipe, m, previous=None):
     """The summary row of size ``m``, its pools and candidates, and the trained fits."""
+    if m > FULL_TASK_LISTED_BITS:
+        return measure_unlisted(recipe, m, previous, _settings_key(recipe.cfg))
     task = make_full_task(m)
-    lower, pools = _lower(recipe, m)
+    lower, pools, cert = _lower(recipe, m)
     t0 = time.perf_counter()
     recs, fits = _candidates(recipe, task, m, lower["certified_min_rank"])
     rec, err, path = _upper(recipe, task, m, recs)
+    _, _, overlap = overlap_record(recipe, m, task)
     row = dict(n_bits=m, n_sequences=task.n_sequences,
                n_ordered_sequences=task.n_ordered_sequences, **lower,
                smallest_solving_rank=rec["rank"], upper_method=rec["method"], solver=path,
                solver_max_error=err, group_rank=_best_rank(recs, "key-weight groups"),
                factorized_rank=_best_rank(recs, "factorisation"),
-               trained_rank=_best_rank(recs, "trained"), ceiling_rank=2 ** m,
+               trained_rank=_best_rank(recs, "trained"), ceiling_rank=2 ** m, **overlap,
                upper_time=time.perf_counter() - t0, settings_key=_settings_key(recipe.cfg))
     row["exact"] = bool(row["certified_min_rank"] == row["smallest_solving_rank"])
     cands = pd.DataFrame([{k: v for k, v in r.items() if k != "estimator"} for r in recs])
-    return row, pools, cands.assign(n_bits=m), fits
+    return row, pools, cands.assign(n_bits=m), fits, cert
 
 
 def _done(recipe):
@@ -238,19 +259,26 @@ def full_task_checks(summary, candidates):
         "bounds_ordered": bool((summary["certified_min_rank"]
                                 <= summary["smallest_solving_rank"]).all()),
         "none_solved_below_bound": bool(not candidates.loc[below, "solved"].astype(bool).any()),
+        "overlap_kernels_checked": bool(all(
+            (pd.to_numeric(summary[c]) < 0.5).all() for c in
+            ("overlap_max_error", "overlap_check_error") if c in summary)),
     }
 
 
 def _row_text(r):
     exact = str(r["exact"]) == "True"
-    return {"m": fmt(r["n_bits"]), "sequences": f"{int(r['n_ordered_sequences']):,}",
+    ordered = int(r["n_ordered_sequences"])
+    return {"m": fmt(r["n_bits"]),
+            "sequences": f"{ordered:,}" if ordered < 10**9 else f"2^{3 * int(r['n_bits'])}",
             "certified (lower)": fmt(r["certified_min_rank"]),
             "smallest solving (upper)": fmt(r["smallest_solving_rank"]),
             "r*(m)": fmt(r["certified_min_rank"]) if exact else
             f"open: {fmt(r['certified_min_rank'])}..{fmt(r['smallest_solving_rank'])}",
             "lower method": r["lower_method"], "upper method": r["upper_method"],
             "groups": fmt(r["group_rank"]), "factorisation": fmt(r["factorized_rank"]),
-            "trained": fmt(r["trained_rank"]), "R3": fmt(r["ceiling_rank"]),
+            "trained": fmt(r["trained_rank"]),
+            "overlap kernel": f"{fmt(r['overlap_rank'])} (D = {fmt(r['overlap_degree'])})",
+            "R3": fmt(r["ceiling_rank"]),
             "max error (all sequences)": fmt(r["solver_max_error"])}
 
 
@@ -264,46 +292,21 @@ def _markdown(summary, checks, cfg):
             + settings_text(cfg["factorized"]) + f", seeds {list(cfg['factorized_seeds'])}, "
             f"m <= {cfg['factorized_max_bits']}), trained table heads ("
             + settings_text(cfg["kernel"]) + f", seeds {list(cfg['seeds'])}, "
-            f"m <= {cfg['train_max_bits']}), the R3 head with 2^m features as the ceiling.")
+            f"m <= {cfg['train_max_bits']}), the R3 head with 2^m features as the ceiling. "
+            f"Above m = {FULL_TASK_LISTED_BITS} the task is not listed: the lower bound is "
+            f"the best certificate of pools of at most {cfg['pool_max_sequences']:,} "
+            "sequences, or the previous size's padded with a zero bit, checked against "
+            "every sequence implicitly; the upper bound is the overlap kernel (one "
+            "feature per set of at most D bits, D the degree), proved by an exact "
+            "check of every (query weight, overlap, overlap) and checked again on "
+            f"{cfg['sample_size']:,} random sequences (up to m = {FULL_TASK_LISTED_BITS}: "
+            "on every ordered sequence through a table head).\n\n"
+            "Growth per bit of token:\n\n" + exponent_lines(bound_exponents(summary)))
     return report("r*(m): the full length-3 task",
                   "Every sequence of three m-bit tokens; r*(m) is the smallest rank of a "
                   "nonnegative kernel head that solves all of them. It is exact where "
                   "the two bounds meet, open between them elsewhere.",
                   display(summary, _row_text), checks, note=note)
-
-
-def _figure(summary):
-    """log2 of both bounds against ``m``, beside the witness and exact curves of the
-    docs' scaling and exact recipes when their tables are there."""
-    from pathlib import Path
-
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.8))
-    m = summary["n_bits"].to_numpy(int)
-    ax.plot(m, np.log2(summary["certified_min_rank"].to_numpy(float)), "o-",
-            label="full task: certified rank (lower)")
-    ax.plot(m, np.log2(summary["smallest_solving_rank"].to_numpy(float)), "s-",
-            label="full task: smallest solving rank (upper)")
-    ax.plot(m, m, ":", color="gray", label="R3: 2^m features")
-    static = Path(__file__).resolve().parents[2] / "docs" / "_static"
-    for folder, col, label in (
-            ("scaling", "certified_min_rank", "witness families (N = 3): certified"),
-            ("exact", "certified_min_rank", "R9 families (longer N): exact minimum rank")):
-        path = static / folder / "summary.csv"
-        if path.is_file():
-            other = pd.read_csv(path)
-            if "exact" in other:
-                other = other[other["exact"].astype(str) == "True"]
-            ok = pd.to_numeric(other[col], errors="coerce") > 0
-            ax.plot(other.loc[ok, "n_bits"], np.log2(other.loc[ok, col].astype(float)),
-                    "^--", alpha=0.6, label=label)
-    ax.set_xlabel("bits per token m")
-    ax.set_ylabel("log2 rank")
-    ax.grid(alpha=0.3)
-    fig.legend(*ax.get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=7)
-    fig.subplots_adjust(bottom=0.24)
-    return fig
 
 
 def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
@@ -355,7 +358,7 @@ def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, pro
                     overrides=settings)
     done = _done(recipe)
     old = {name: _read_table(recipe, name) for name in ("pools", "candidates", "results")}
-    rows, pools, cands, fits = [], [], [], []
+    rows, pools, cands, fits, previous = [], [], [], [], None
     for m in tqdm(recipe.cfg["sizes"], desc="sizes", unit="size", disable=not progress):
         m = int(m)
         if m in done:                        # resumed: its rows of the other tables too
@@ -363,8 +366,11 @@ def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, pro
             for kept, name in ((pools, "pools"), (cands, "candidates"), (fits, "results")):
                 table = old[name]
                 kept.append(table[table["n_bits"] == m] if "n_bits" in table else table)
+            previous = (m, Certificate.from_file(recipe.out / done[m]["certificate"]),
+                        done[m]["lower_method"])
             continue
-        row, p, c, f = _measure_size(recipe, m)
+        row, p, c, f, cert = _measure_size(recipe, m, previous)
+        previous = (m, cert, row["lower_method"])
         rows.append(row)
         pools.append(p)
         cands.append(c)
@@ -374,7 +380,7 @@ def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, pro
         _write(recipe, rows, pools, cands, fits)
     summary, pools_df, cand_df, fits_df = _frames(rows, pools, cands, fits)
     checks = full_task_checks(summary, cand_df)
-    figs = {"full_task": _figure(summary)} if figures else {}
+    figs = {"full_task": full_task_figure(summary)} if figures else {}
     return recipe.finish(
         Bunch(summary=summary, pools=pools_df, candidates=cand_df, results=fits_df,
               markdown=_markdown(summary, checks, recipe.cfg), checks=checks, figures=figs),

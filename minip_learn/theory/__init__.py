@@ -63,8 +63,11 @@ from .full_task import (
     full_task_family,
     full_task_size,
     full_task_tokens,
+    pad_certificate,
+    verify_full_task_certificate,
 )
 from .key_weights import grouped_key_weights, key_weight_excess
+from .overlap_kernels import overlap_kernel, overlap_kernel_features, overlap_kernel_predict
 from .verify import verify_certificate
 
 __all__ = [
@@ -97,11 +100,16 @@ __all__ = [
     "hadamard_orders",
     "key_weight_excess",
     "model_channel_capacity",
+    "overlap_kernel",
+    "overlap_kernel_features",
+    "overlap_kernel_predict",
+    "pad_certificate",
     "product_code",
     "product_code_bound",
     "transcript_check",
     "transcript_lower_bound",
     "verify_certificate",
+    "verify_full_task_certificate",
     "witness_bound",
     "witness_denominators",
     "witness_family",

@@ -452,6 +452,8 @@ MAX_JSON_DEPTH = 8
 MAX_DIMENSION = 2**31 - 1
 #: largest ``certified_min_rank`` and ``n_constraints`` read
 MAX_COUNT = 2**63 - 1
+#: largest ``n_constraints`` read (the full task at m = 64 states about 2^197)
+MAX_CONSTRAINTS = 2**256
 #: longest ``reason`` read (characters)
 MAX_REASON_LENGTH = 1000
 
@@ -745,7 +747,7 @@ def _certificate_fields(doc):
     parents = _chain_trees(doc, n, T)
     value = _fraction(doc)
     dominant = _flag(doc, "diagonally_dominant")
-    n_constraints = _integer(doc, "n_constraints", 0, MAX_COUNT)
+    n_constraints = _integer(doc, "n_constraints", 0, MAX_CONSTRAINTS)
     reason = doc["reason"]
     if (type(reason) is not str or len(reason) > MAX_REASON_LENGTH
             or len(reason.splitlines()) > 1):

@@ -34,14 +34,32 @@ from .certify import certify
 from .codes import greedy_constant_weight_code, hadamard_code, hadamard_orders, product_code
 from .design import LADDER_GAPS, block_designs, witness_family
 from .exact import complement_closed_code
-from .verify import verify_certificate
+from .verify import verify_certificate, verify_full_task_certificate
 
-__all__ = ["FULL_TASK_MAX_BITS", "FULL_TASK_MAX_SEQUENCES", "certify_full_task",
-           "full_task_constraint_count", "full_task_family", "full_task_pools",
-           "full_task_size", "full_task_tokens", "lift_certificate"]
+__all__ = ["FULL_TASK_LISTED_BITS", "FULL_TASK_MAX_BITS", "FULL_TASK_MAX_SEQUENCES",
+           "certify_full_task", "full_task_constraint_count", "full_task_family",
+           "full_task_pools", "full_task_size", "full_task_tokens", "lift_certificate",
+           "pad_certificate", "verify_full_task_certificate"]
 
 #: the most bits of :func:`full_task_tokens` (2^16 tokens)
 FULL_TASK_MAX_BITS = 16
+
+#: the most bits of a task :func:`certify_full_task` lists: above, its pools are capped
+#: in size and its certificate is checked against every sequence without listing them
+#: (:func:`verify_full_task_certificate`)
+FULL_TASK_LISTED_BITS = 8
+
+#: the most sequences of a pool :func:`full_task_pools` certifies above
+#: :data:`FULL_TASK_LISTED_BITS` (a larger one is skipped)
+POOL_MAX_SEQUENCES = 200000
+
+#: a witness design may hold this many times ``max_sequences`` (its family is sparse:
+#: each query meets few keys, and certifying 1.6 million of its sequences takes seconds)
+DESIGN_FACTOR = 10
+
+#: the most bits of a task :func:`certify_full_task` certifies (tokens held as 64-bit
+#: words)
+CERTIFY_MAX_BITS = 64
 
 #: the largest full-task family :func:`full_task_family` builds (m = 8 with
 #: ``query="last"``: 8,421,376 sequences)
@@ -68,6 +86,14 @@ def _check_bits(n_bits):
     m = check_int(n_bits, "n_bits", min_value=1)
     if m > FULL_TASK_MAX_BITS:
         raise ValueError(f"n_bits must be <= {FULL_TASK_MAX_BITS}; got {m}.")
+    return m
+
+
+def _check_task_bits(n_bits):
+    """``n_bits`` of a task that is counted or certified, not listed (at most 64)."""
+    m = check_int(n_bits, "n_bits", min_value=1)
+    if m > CERTIFY_MAX_BITS:
+        raise ValueError(f"n_bits must be <= {CERTIFY_MAX_BITS}; got {m}.")
     return m
 
 
@@ -117,7 +143,7 @@ def full_task_size(n_bits=None, *, query="all", n_tokens=None):
     """
     query = _check_query(query)
     if n_tokens is None:
-        T = 1 << _check_bits(n_bits)
+        T = 1 << _check_task_bits(n_bits)
     else:
         T = check_int(n_tokens, "n_tokens", min_value=1)
     return math.comb(T + 2, 3) if query == "all" else T * math.comb(T + 1, 2)
@@ -220,14 +246,32 @@ def full_task_constraint_count(n_bits=None, *, tokens=None):
     """Number of R4 constraints (``x, y, z`` with ``<x, z> - <x, y> >= 2``) of the full
     task: every such triple of tokens is one, since the task holds every multiset.
 
-    This is the ``n_constraints`` a certificate of the full task states.
+    This is the ``n_constraints`` a certificate of the full task states. Over every
+    ``m``-bit token it is counted in closed form: a query of weight ``w`` meets
+    ``C(w, i) 2^(m - w)`` tokens at overlap ``i``, so the count is
+    ``sum_w C(m, w) 4^(m - w) sum_(j - i >= 2) C(w, i) C(w, j)`` (any ``m`` up to
+    64, a Python integer); over a token set ``tokens`` the triples are counted from
+    the tokens' overlaps.
 
     Examples
     --------
     >>> from minip_learn.theory import full_task_constraint_count
     >>> [full_task_constraint_count(m) for m in (1, 2, 3)]
     [0, 1, 19]
+    >>> full_task_constraint_count(32) > 2**63
+    True
     """
+    if tokens is None:
+        if n_bits is None:
+            raise ValueError("give n_bits (every token) or a token set `tokens`.")
+        m = _check_task_bits(n_bits)
+        total = 0
+        for w in range(2, m + 1):
+            c = [math.comb(w, i) for i in range(w + 1)]
+            above = list(itertools.accumulate(reversed(c)))[::-1]      # sum_(j >= i) C(w, j)
+            pairs = sum(c[i] * above[i + 2] for i in range(w - 1))
+            total += math.comb(m, w) * 4 ** (m - w) * pairs
+        return total
     toks, _ = _task_tokens(n_bits, tokens)
     m = toks.shape[1]
     T = toks.astype(np.int64)
@@ -291,25 +335,58 @@ def lift_certificate(certificate, tokens, *, n_constraints):
         parents=trees, n_constraints=int(n_constraints))
 
 
+def pad_certificate(certificate, n_bits):
+    """A certificate of ``m``-bit sequences restated on ``n_bits >= m`` bits.
+
+    Every token gets ``n_bits - m`` zero bits: overlaps, chains and ratio bounds are
+    unchanged, and each sequence a chain uses becomes a sequence of the larger task.
+    So ``r*(m)`` never decreases with ``m``. The padded certificate states no count
+    of constraints of its own (``n_constraints`` is kept); set it for the family it is
+    checked against, e.g. with ``dataclasses.replace``.
+
+    Examples
+    --------
+    >>> from minip_learn.theory import certify_full_task, verify_full_task_certificate
+    >>> from minip_learn.theory import full_task_constraint_count, pad_certificate
+    >>> import dataclasses
+    >>> cert = pad_certificate(certify_full_task(4).certificate, 20)
+    >>> cert = dataclasses.replace(cert, n_constraints=full_task_constraint_count(20))
+    >>> cert.n_bits, verify_full_task_certificate(cert, 20)
+    (20, True)
+    """
+    m = int(certificate.n_bits)
+    n = check_int(n_bits, "n_bits", min_value=m)
+    extra = n - m
+
+    def pad(a):
+        a = np.asarray(a, dtype=np.uint8)
+        return np.concatenate([a, np.zeros((len(a), extra), dtype=np.uint8)], axis=1)
+
+    return dataclasses.replace(certificate, n_bits=n, tokens=pad(certificate.tokens),
+                               queries=pad(certificate.queries),
+                               keys=pad(certificate.keys))
+
+
 # ----------------------------------------------------------------------------- pools
 def _with_keys(words):
     """Code words together with their complements (the keys of the witness designs)."""
     return np.concatenate([words, 1 - words]).astype(np.uint8)
 
 
-def _code_pools(m):
-    """Named codes over ``m`` bits: (name, words)."""
+def _code_pools(m, distances=(2, 3)):
+    """Named codes over ``m`` bits: (name, words); greedy constant-weight codes of the
+    minimum ``distances``."""
     codes = []
     for h in hadamard_orders(m):
         pad = np.zeros((2 * h - 2, m - h), dtype=np.uint8)
         codes.append((f"hadamard-{h}", np.concatenate([hadamard_code(h), pad], axis=1)))
     for w in range(2, m - 1):
-        for d in (2, 3):
+        for d in distances:
             if d <= w:
                 words = greedy_constant_weight_code(m, w, d)
                 if len(words) >= 2:
                     codes.append((f"greedy-w{w}-d{d}", words))
-    if m % 2 == 0 and m >= 4:
+    if m % 2 == 0 and 4 <= m <= 16:     # beyond, a greedy pass over C(m, m/2) words
         codes.append(("complement-closed", complement_closed_code(m)))
     for blocks in block_designs(m):
         words = product_code(blocks, n_bits=m)
@@ -318,7 +395,33 @@ def _code_pools(m):
     return codes
 
 
-def full_task_pools(n_bits, *, search_nodes=200000, tokens=None):
+def _listed(n_bits, tokens):
+    """Whether the task is listed (a token set, or at most FULL_TASK_LISTED_BITS bits)."""
+    return tokens is not None or (n_bits is not None
+                                  and _check_task_bits(n_bits) <= FULL_TASK_LISTED_BITS)
+
+
+def _weight_layers(m, max_sequences):
+    """The weight pools of every ``m``-bit token, built only where their full task has
+    at most ``max_sequences`` sequences: (name, tokens)."""
+    def layer(w):
+        idx = np.array(list(itertools.combinations(range(m), w)), dtype=np.int64)
+        out = np.zeros((len(idx), m), dtype=np.uint8)
+        out[np.arange(len(idx))[:, None], idx] = 1
+        return out
+
+    def small(n):
+        return full_task_size(n_tokens=n) <= max_sequences
+
+    for w in range(1, m):
+        if small(math.comb(m, w)):
+            yield f"weight-{w}", layer(w)
+    for w in range(1, (m + 1) // 2):
+        if small(math.comb(m, w) + math.comb(m, m - w)):
+            yield f"weights-{w}+{m - w}", np.concatenate([layer(w), layer(m - w)])
+
+
+def full_task_pools(n_bits, *, search_nodes=200000, tokens=None, max_sequences=None):
     """The named sub-families :func:`certify_full_task` certifies.
 
     Parameters
@@ -330,6 +433,13 @@ def full_task_pools(n_bits, *, search_nodes=200000, tokens=None):
     tokens : array-like of shape (n_tokens, n_bits), default=None
         The task's token set (None: every token); token pools are cut to it, and a
         design family is kept only when all its tokens are in it.
+    max_sequences : int, default=None
+        Skip a token pool whose family has more sequences (a design family: more than
+        :data:`DESIGN_FACTOR` times as many). None: no cap on a listed task
+        (a token set, or at most :data:`FULL_TASK_LISTED_BITS` bits),
+        :data:`POOL_MAX_SEQUENCES` above, where the exhaustive ``"search"`` pool is
+        not run (its candidates are the ``2^m`` pairs ``(x, ~x)``) and the greedy
+        codes are those of distance 3.
 
     Yields
     ------
@@ -353,36 +463,53 @@ def full_task_pools(n_bits, *, search_nodes=200000, tokens=None):
     >>> from minip_learn.theory.full_task import full_task_pools
     >>> [name for name, _, _ in full_task_pools(4)][:4]
     ['weight-1', 'weight-2', 'weight-3', 'weights-1+3']
+    >>> [name for name, _, _ in full_task_pools(16, search_nodes=1000)][:3]
+    ['weight-1', 'weight-15', 'weights-1+15']
     """
-    toks, full = _task_tokens(n_bits, tokens)
-    m = toks.shape[1]
-    key = {bytes(t): True for t in np.packbits(toks, axis=1)}
+    listed = _listed(n_bits, tokens)
+    if listed:
+        toks, full = _task_tokens(n_bits, tokens)
+        m = toks.shape[1]
+        key = {bytes(t): True for t in np.packbits(toks, axis=1)}
+        named = [(name, toks[mask]) for name, mask in weight_pools(toks)]
+    else:
+        m, full = _check_task_bits(n_bits), True
+        max_sequences = POOL_MAX_SEQUENCES if max_sequences is None else max_sequences
+        named = list(_weight_layers(m, max_sequences))
 
     def inside(words):
+        if not listed:
+            return np.ones(len(words), dtype=bool)
         return np.array([bytes(t) in key for t in np.packbits(words, axis=1)], dtype=bool)
 
-    named = [(name, toks[mask]) for name, mask in weight_pools(toks)]
-    codes = _code_pools(m)
+    def small(n_sequences):
+        return max_sequences is None or n_sequences <= max_sequences
+
+    codes = _code_pools(m, (2, 3) if listed else (3,))
     named += [(f"{name}+keys", _with_keys(words)) for name, words in codes]
     for name, words in named:
         pool = distinct_tokens(words[inside(words)]) if len(words) else words
-        if len(pool) >= 2:
+        if len(pool) >= 2 and small(full_task_size(n_tokens=len(pool))):
             yield name, full_task_family(tokens=pool), dict(n_tokens=len(pool))
     seen = set()
     for name, words in codes:
+        if not small(len(words) ** 2 // DESIGN_FACTOR):    # a design holds n^2 or more
+            continue
         for gap in LADDER_GAPS:
             try:
                 fam = witness_family(words, 3, ladder_gap=gap, compact=True)
             except ValueError:
                 continue
             digest = (fam.tokens.tobytes(), fam.token_ids.tobytes(), fam.counts.tobytes())
-            if digest in seen:            # a gap longer than every distance: the same
+            if digest in seen or not small(len(fam) // DESIGN_FACTOR):  # (or a gap longer
+                # than every distance: the same family again)
                 continue
             seen.add(digest)
             if inside(fam.tokens).all():
                 yield (f"design-{name}-{gap or 'single'}", fam,
                        dict(n_tokens=len(fam.tokens)))
-    yield _search_pool(toks, full, search_nodes)
+    if listed:
+        yield _search_pool(toks, full, search_nodes)
 
 
 def _search_pool(toks, full, search_nodes):
@@ -439,7 +566,7 @@ def _certify_pool(name, family, info):
 
 
 def certify_full_task(n_bits=None, *, tokens=None, pools="auto", search_nodes=200000,
-                      verify=True, progress=False):
+                      max_sequences=None, verify=True, progress=False):
     """Certified minimum rank of the full length-3 task, over named sub-families.
 
     A certificate of a sub-family holds for every family that contains it. Each named
@@ -450,6 +577,12 @@ def certify_full_task(n_bits=None, *, tokens=None, pools="auto", search_nodes=20
     :func:`~minip_learn.theory.verify_certificate`. Adding tokens adds sequences, so
     it never lowers what a pool certifies; with the ``"search"`` pool exhaustive, the
     result is the largest rank any R4/R5 certificate of the task can state.
+
+    Above :data:`FULL_TASK_LISTED_BITS` bits (up to 64) the task is not listed: the
+    pools are capped at ``max_sequences`` sequences, the certificate keeps the
+    tokens it uses (``n_constraints`` from the closed form of
+    :func:`full_task_constraint_count`), and it is checked against every sequence of
+    the task by :func:`verify_full_task_certificate`.
 
     Parameters
     ----------
@@ -462,9 +595,12 @@ def certify_full_task(n_bits=None, *, tokens=None, pools="auto", search_nodes=20
         pool; or a list of pool names (``"task"`` for the task itself).
     search_nodes : int, default=200000
         Node budget of the exhaustive search of the ``"search"`` pool.
+    max_sequences : int, default=None
+        Cap on a pool's sequences, as in :func:`full_task_pools`.
     verify : bool, default=True
-        Check the returned certificate against the full task family (one pass over
-        it; a failure raises).
+        Check the returned certificate against the full task (one pass over its
+        family when listed, :func:`verify_full_task_certificate` above
+        :data:`FULL_TASK_LISTED_BITS` bits; a failure raises).
     progress : bool, default=False
         Show a :mod:`tqdm` bar over the pools.
 
@@ -488,16 +624,22 @@ def certify_full_task(n_bits=None, *, tokens=None, pools="auto", search_nodes=20
     """
     from tqdm.auto import tqdm
 
-    toks, full = _task_tokens(n_bits, tokens)
-    m = toks.shape[1]
-    size = full_task_size(query="all", n_tokens=len(toks))
+    listed = _listed(n_bits, tokens)
+    if listed:
+        toks, full = _task_tokens(n_bits, tokens)
+        m, n_tokens = toks.shape[1], len(toks)
+    else:
+        toks, full, m = None, True, _check_task_bits(n_bits)
+        n_tokens = 1 << m
+    size = full_task_size(query="all", n_tokens=n_tokens)
     names = None if isinstance(pools, str) and pools == "auto" else set(pools)
     candidates = []
-    if (names is None and size <= 10**6) or (names is not None and "task" in names):
+    if listed and ((names is None and size <= 10**6) or (names is not None and "task" in names)):
         candidates.append(("task", full_task_family(tokens=toks), dict(n_tokens=len(toks))))
     rows, best = [], None
-    generated = itertools.chain(candidates, full_task_pools(m, search_nodes=search_nodes,
-                                                            tokens=toks))
+    generated = itertools.chain(candidates, full_task_pools(
+        m, search_nodes=search_nodes, tokens=toks if listed else None,
+        max_sequences=max_sequences))
     for name, fam, info in tqdm(generated, desc=f"pools m={m}", disable=not progress):
         if names is not None and name not in names:
             continue
@@ -507,17 +649,25 @@ def certify_full_task(n_bits=None, *, tokens=None, pools="auto", search_nodes=20
             best = (row, cert)
     if best is None:
         raise ValueError(f"no pool of {sorted(names)} exists for this task.")
-    n_constraints = full_task_constraint_count(tokens=toks)
     row, cert = best
-    if len(cert.queries) == 0:            # rank 1: no pair; the task's own certificate
-        cert = certify(full_task_family(tokens=toks), return_certificate=True)[1]
-    elif row["pool"] != "task":
-        cert = lift_certificate(cert, toks, n_constraints=n_constraints)
-    verified = bool(verify_certificate(cert, full_task_family(tokens=toks))) if verify \
-        else False
+    if not listed:                        # the certificate keeps its own tokens
+        n_constraints = full_task_constraint_count(m)
+        cert = dataclasses.replace(cert, n_constraints=n_constraints)
+        verified = bool(verify_full_task_certificate(cert, m)) if verify else False
+    else:
+        n_constraints = full_task_constraint_count(tokens=toks)
+        if len(cert.queries) == 0:        # rank 1: no pair; the task's own certificate
+            cert = certify(full_task_family(tokens=toks), return_certificate=True)[1]
+        elif row["pool"] != "task":
+            cert = lift_certificate(cert, toks, n_constraints=n_constraints)
+        verified = bool(verify_certificate(cert, full_task_family(tokens=toks))) if verify \
+            else False
     search = [r for r in rows if r["pool"] == "search"]
     reach = (f"{len(rows)} pools (largest {max(r['n_tokens'] for r in rows)} tokens, "
              f"{max(r['n_sequences'] for r in rows):,} sequences)")
+    if not listed:
+        reach += (f"; pools of at most {max_sequences or POOL_MAX_SEQUENCES:,} sequences; "
+                  "the task is not listed")
     if search:
         s = search[0]
         reach += ("; search over " + ("(x, ~x) pairs up to bit permutations" if full
@@ -526,5 +676,5 @@ def certify_full_task(n_bits=None, *, tokens=None, pools="auto", search_nodes=20
                      f": stopped at {search_nodes} nodes"))
     return Bunch(certified_min_rank=int(cert.certified_min_rank), certificate=cert,
                  pool=row["pool"], pools=rows, verified=verified, n_bits=m,
-                 n_tokens=len(toks), n_sequences=size, n_constraints=n_constraints,
+                 n_tokens=n_tokens, n_sequences=size, n_constraints=n_constraints,
                  reach=reach)

@@ -13,7 +13,12 @@ from minip_learn.datasets import make_full_task
 from minip_learn.experiments import EXPERIMENTS, SETTINGS, full_task, full_task_experiment
 from minip_learn.experiments._full_task_solvers import key_weight_head, verify_ordered
 from minip_learn.model_selection import rank_sweep
-from minip_learn.theory import full_task_tokens, grouped_key_weights
+from minip_learn.theory import (
+    full_task_tokens,
+    grouped_key_weights,
+    verify_certificate,
+    verify_full_task_certificate,
+)
 
 # 400 epochs: enough for the recipe's training to solve m = 4 at one feature per token
 TINY = dict(sizes=(2, 3, 4), kernel={"max_epochs": 400}, seeds=(0,), progress=False,
@@ -54,8 +59,8 @@ def test_recipe_bounds_r_star_and_resumes(tmp_path):
 
 def test_recipe_is_registered_with_a_quick_and_a_full_grid():
     assert "full_task" in EXPERIMENTS and SETTINGS["full_task"] is full_task.SETTINGS
-    assert SETTINGS["full_task"]["quick"]["sizes"] == (2, 3, 4, 5)
-    assert SETTINGS["full_task"]["full"]["sizes"][-1] == 8
+    assert SETTINGS["full_task"]["quick"]["sizes"] == (2, 3, 4, 5, 9, 12, 16)
+    assert SETTINGS["full_task"]["full"]["sizes"] == tuple(range(2, 33))
     args = build_parser().parse_args(["reproduce", "full-task", "--quick"])
     assert args.experiment == "full-task" and args.quick
 
@@ -67,3 +72,46 @@ def test_every_ordered_sequence_tells_a_solver_from_a_failure():
     # uniform attention (R1) fails length 3
     assert verify_ordered(rank_one_head(3), tokens) >= 0.5
     assert np.isfinite(verify_ordered(rank_one_head(3), tokens))
+
+
+def _excess_of_json(path):
+    """The largest excess E(w, a, c) of an overlap kernel's JSON file, recomputed here in
+    exact fractions from the definition (weights d_j(w): F_w(k) = sum_j d_j C(w - k, j))."""
+    from fractions import Fraction
+    from math import comb
+
+    doc = json.loads(path.read_text())
+    worst = Fraction(0)
+    for w, ds in enumerate(doc["weights"]):
+        d = [Fraction(x) for x in ds]
+        F = [sum(dj * comb(w - k, j) for j, dj in enumerate(d)) for k in range(w + 1)]
+        assert min(F) > 0
+        for a in range(w + 1):
+            for c in range(a, w + 1):
+                worst = max(worst, (F[w] * (w - a) + F[c] * (c - a)) / (F[w] + F[a] + F[c]))
+    assert Fraction(doc["max_excess"]) == worst
+    return doc, worst
+
+
+def test_recipe_above_the_listed_sizes(tmp_path):
+    """m = 9: the certificate checked without listing the task, the overlap kernel's
+    exact weights written as fractions and rechecked here from the definition; m = 4:
+    the same kernel checked on every ordered sequence."""
+    res = full_task_experiment(out=tmp_path, sizes=(4, 9), progress=False, figures=False,
+                               sample_size=2000, kernel={"max_epochs": 50}, seeds=(0,))
+    s = res.summary.set_index("n_bits")
+    assert all(res.checks.values()), res.checks
+    row = s.loc[9]
+    assert row["certified_min_rank"] >= 3 and row["certificate_verified"]
+    assert verify_full_task_certificate(tmp_path / row["certificate"], 9)
+    assert row["smallest_solving_rank"] == row["overlap_rank"] == 46
+    assert row["upper_method"] == "overlap kernel (degree 2)"
+    doc, worst = _excess_of_json(tmp_path / row["solver"])
+    assert doc["rank"] == 46 and worst < 1 and row["solver_max_error"] == float(worst / 2)
+    assert row["overlap_check"] == "2,000 random sequences" and row["overlap_check_error"] < 0.5
+    assert row["n_ordered_sequences"] == 2 ** 27
+    assert s.loc[4, "overlap_check"].startswith("every ordered sequence")
+    assert s.loc[4, "overlap_rank"] == 5 and s.loc[4, "overlap_check_error"] < 0.5
+    cert4 = tmp_path / s.loc[4, "certificate"]
+    assert verify_certificate(cert4, make_full_task(4).family)
+    assert "Growth per bit of token" in res.markdown

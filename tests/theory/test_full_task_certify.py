@@ -1,5 +1,6 @@
 """The certified rank of the full length-3 task over named sub-families."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -19,10 +20,13 @@ from minip_learn.theory import (
     full_task_tokens,
     grouped_key_weights,
     key_weight_excess,
+    pad_certificate,
     verify_certificate,
+    verify_full_task_certificate,
 )
 from minip_learn.theory._full_task_search import best_pairs, chain_products
-from minip_learn.theory.full_task import lift_certificate
+from minip_learn.theory.full_task import POOL_MAX_SEQUENCES, full_task_pools, lift_certificate
+from minip_learn.theory.verify import _full_task_triples
 
 
 def _all_ordered(m):
@@ -102,3 +106,102 @@ def test_key_weight_groups_meet_the_certified_rank_at_small_m(m, groups):
     assert res.rank == groups == certify_full_task(m, pools=["search"]).certified_min_rank
     assert res.excess < 1 and res.max_error < 0.5
     assert key_weight_excess(res.tokens, res.query_group, res.key_weights) == res.excess
+
+
+# ------------------------------------------------------------ the task beyond 8 bits
+def _brute_constraints(m):
+    """R4 triples of the full task over m bits, counted triple by triple."""
+    toks = list(itertools.product((0, 1), repeat=m))
+    dot = {(a, b): sum(u * v for u, v in zip(a, b)) for a in toks for b in toks}
+    return sum(1 for x in toks for y in toks for z in toks if dot[x, z] - dot[x, y] >= 2)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_closed_form_constraint_count_is_the_brute_force_one(m):
+    assert full_task_constraint_count(m) == _brute_constraints(m)
+
+
+@pytest.mark.parametrize("m", [5, 6, 7])
+def test_closed_form_constraint_count_matches_the_tokens_count(m):
+    assert full_task_constraint_count(m) == full_task_constraint_count(
+        tokens=full_task_tokens(m))
+
+
+def test_implicit_verification_agrees_with_the_listed_family():
+    """A certificate of the m = 4 task padded to 6 bits: checked without listing the task
+    and, lifted to all 64 tokens, against the listed family of the 6-bit task."""
+    cert = pad_certificate(certify_full_task(4).certificate, 6)
+    n6 = full_task_constraint_count(6)
+    implicit = dataclasses.replace(cert, n_constraints=n6)
+    assert verify_full_task_certificate(implicit, 6)
+    lifted = lift_certificate(cert, full_task_tokens(6), n_constraints=n6)
+    assert verify_certificate(lifted, full_task_family(6))
+
+
+def _break(cert, what):
+    if what == "rank":
+        return dataclasses.replace(cert, certified_min_rank=cert.certified_min_rank + 1)
+    if what == "count":
+        return dataclasses.replace(cert, n_constraints=cert.n_constraints - 1)
+    if what == "gap":          # a designated key one bit heavier: its overlap gaps move
+        tokens = cert.tokens.copy()
+        k = int(cert.key_index[0])
+        free = np.flatnonzero((tokens[k] == 0) & (cert.tokens[cert.query_index[0]] == 1))
+        tokens[k, free[0]] = 1
+        return dataclasses.replace(cert, tokens=tokens)
+    if what == "denominator":
+        K = cert.eps_denominators.copy()
+        K[0, 1] += 1
+        return dataclasses.replace(cert, eps_denominators=K)
+    raise AssertionError(what)
+
+
+@pytest.mark.parametrize("what", ["rank", "count", "gap", "denominator"])
+def test_implicit_verification_rejects_a_wrong_statement(what):
+    res = certify_full_task(9, search_nodes=2000)
+    assert res.verified and verify_full_task_certificate(res.certificate, 9)
+    bad = _break(res.certificate, what)
+    assert not verify_full_task_certificate(bad, 9, raise_on_failure=False)
+    with pytest.raises(ValueError, match="certificate rejected"):
+        verify_full_task_certificate(bad, 9)
+
+
+def test_implicit_verification_names_a_task_of_other_bits():
+    cert = certify_full_task(4).certificate
+    with pytest.raises(ValueError, match="over 4 bits"):
+        verify_full_task_certificate(cert, 5)
+    with pytest.raises(ValueError, match="n_bits must be an integer from 1 to 64"):
+        verify_full_task_certificate(cert, 65)
+
+
+def test_certify_beyond_the_listed_task_keeps_its_own_tokens():
+    """m = 9: the certificate lists the tokens it uses (not 2^9), states the closed-form
+    count of the task's constraints, and certifies more than 2 (the most any certificate
+    reaches at m <= 8, by the exhaustive search)."""
+    res = certify_full_task(9, search_nodes=2000)
+    cert = res.certificate
+    assert res.n_tokens == 512 and len(cert.tokens) < 512
+    assert cert.n_constraints == full_task_constraint_count(9) == res.n_constraints
+    assert res.certified_min_rank >= 3 and "not listed" in res.reach
+    # every pool that ran stayed under the cap
+    assert max(r["n_sequences"] for r in res.pools) <= POOL_MAX_SEQUENCES
+    # the pool's own family, certified directly, gives the same rank
+    pools = {name: fam for name, fam, _ in full_task_pools(9, search_nodes=2000)}
+    assert certify(pools[res.pool]) == res.certified_min_rank
+
+
+def test_padding_never_lowers_the_bound():
+    small = certify_full_task(9, search_nodes=2000)
+    padded = pad_certificate(small.certificate, 12)
+    padded = dataclasses.replace(padded, n_constraints=full_task_constraint_count(12))
+    assert verify_full_task_certificate(padded, 12)
+    assert padded.certified_min_rank == small.certified_min_rank
+    with pytest.raises(ValueError, match="n_bits must be >= 9"):
+        pad_certificate(small.certificate, 8)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 9, 32, 64])
+def test_the_verifiers_count_of_triples_is_the_tasks(m):
+    """The verifier counts the task's triples with its own closed form (Vandermonde):
+    the same as the library's count (and, to m = 4, the brute force above)."""
+    assert _full_task_triples(m) == full_task_constraint_count(m)
