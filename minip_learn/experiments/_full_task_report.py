@@ -12,19 +12,51 @@ from sklearn.utils import check_random_state
 
 from ..theory import (
     certify_full_task,
+    flip_cycle,
     full_task_constraint_count,
     full_task_size,
     overlap_kernel,
     overlap_kernel_predict,
     pad_certificate,
+    verify_flip_cycle,
     verify_full_task_certificate,
 )
 from ..theory.full_task import FULL_TASK_LISTED_BITS
 from ._full_task_solvers import overlap_head, verify_ordered
 from ._scaling_report import growth_fit
 
-__all__ = ["bound_exponents", "exponent_lines", "full_task_figure", "measure_unlisted",
-           "overlap_record"]
+__all__ = ["FLIP_METHOD", "bound_exponents", "exponent_lines", "flip_cycle_record",
+           "full_task_figure", "measure_unlisted", "overlap_record"]
+
+#: the lower method of a size whose bound comes from an odd flip cycle
+FLIP_METHOD = "odd flip cycle (no head of rank 2)"
+
+
+def flip_cycle_record(recipe, row):
+    """Add the rank-2 obstruction to a summary row (measured or resumed): from
+    ``m = 5`` an odd flip cycle (:func:`~minip_learn.theory.flip_cycle`) verified on the
+    full task and written to ``m{m}/flip_cycle.json``; ``lower_bound`` is the larger of
+    the R5 certificate's rank and the 3 it proves (``lower_method`` keeps naming the
+    certificate's pool)."""
+    m, rank = int(row["n_bits"]), int(row["certified_min_rank"])
+    row.setdefault("flip_cycle", None)         # (a resumed row keeps what it read)
+    row.update(flip_cycle_verified=False, lower_bound=rank)
+    if m >= 5:
+        cycle = flip_cycle(m)
+        ok = bool(verify_flip_cycle(cycle))
+        if recipe.out is not None:
+            path = recipe.out / f"m{m}" / "flip_cycle.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({
+                "format": "minip-learn flip cycle", "version": 1, "n_bits": m,
+                **{k: ["".join(map(str, t)) for t in cycle[k].tolist()]
+                   for k in ("queries", "lo", "hi")}}, indent=1))
+            row["flip_cycle"] = str(path.relative_to(recipe.out))
+        row["flip_cycle_verified"] = ok
+        if ok and rank < cycle.rank:
+            row["lower_bound"] = cycle.rank
+    row["exact"] = bool(row["lower_bound"] == row["smallest_solving_rank"])
+    return row
 
 
 def overlap_record(recipe, m, task=None):
@@ -99,7 +131,6 @@ def measure_unlisted(recipe, m, previous, settings_key):
                solver_max_error=kern.max_error, group_rank=None, factorized_rank=None,
                trained_rank=None, ceiling_rank=2 ** m, **overlap, certify_time=certify_time,
                upper_time=time.perf_counter() - t0, settings_key=settings_key)
-    row["exact"] = bool(row["certified_min_rank"] == row["smallest_solving_rank"])
     cands = pd.DataFrame([dict(method="overlap kernel", rank=kern.rank, seed=None,
                                max_error=kern.max_error, solved=True, n_bits=m),
                           dict(method="R3 ceiling", rank=2 ** m, seed=None, max_error=None,
@@ -121,7 +152,7 @@ def bound_exponents(summary, *, min_bits=FULL_TASK_LISTED_BITS + 1):
     m = summary["n_bits"].astype(int)
     keep = m >= min_bits if (m >= min_bits).sum() >= 3 else m >= 0
     out = {}
-    for name, col in (("lower", "certified_min_rank"), ("upper", "smallest_solving_rank")):
+    for name, col in (("lower", "lower_bound"), ("upper", "smallest_solving_rank")):
         fit = growth_fit(m[keep], summary.loc[keep, col])
         fit["from_bits"] = int(m[keep].min()) if keep.any() else None
         out[name] = fit
@@ -157,7 +188,7 @@ def full_task_figure(summary):
         ci = f" [{f.ci_low:.2f}, {f.ci_high:.2f}]" if np.isfinite(f.ci_low) else ""
         return f", {f.slope:.2f}{ci} bits/bit from m = {f.from_bits}"
 
-    ax.plot(m, np.log2(summary["certified_min_rank"].to_numpy(float)), "o-",
+    ax.plot(m, np.log2(summary["lower_bound"].to_numpy(float)), "o-",
             label="full task: certified rank (lower)" + slope("lower"))
     ax.plot(m, np.log2(summary["smallest_solving_rank"].to_numpy(float)), "s-",
             label="full task: smallest solving rank (upper)" + slope("upper"))

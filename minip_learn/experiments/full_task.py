@@ -27,8 +27,10 @@ from ..theory import (
 )
 from ..theory.full_task import FULL_TASK_LISTED_BITS
 from ._full_task_report import (
+    FLIP_METHOD,
     bound_exponents,
     exponent_lines,
+    flip_cycle_record,
     full_task_figure,
     measure_unlisted,
     overlap_record,
@@ -46,12 +48,12 @@ __all__ = ["SETTINGS", "SUMMARY_COLUMNS", "full_task_checks", "full_task_experim
 
 #: The columns of ``summary.csv``, one row per size ``m``.
 SUMMARY_COLUMNS = (
-    "n_bits", "n_sequences", "n_ordered_sequences", "certified_min_rank",
+    "n_bits", "n_sequences", "n_ordered_sequences", "lower_bound", "certified_min_rank",
     "smallest_solving_rank", "exact", "lower_method", "upper_method", "solver",
     "solver_max_error", "certificate", "certificate_verified", "search_exhaustive",
     "group_rank", "factorized_rank", "trained_rank", "ceiling_rank", "overlap_rank",
     "overlap_degree", "overlap_max_error", "overlap_check", "overlap_check_error",
-    "certify_time", "upper_time", "settings_key",
+    "flip_cycle", "flip_cycle_verified", "certify_time", "upper_time", "settings_key",
 )
 
 _QUICK = dict(
@@ -211,7 +213,6 @@ def _measure_size(recipe, m, previous=None):
                factorized_rank=_best_rank(recs, "factorisation"),
                trained_rank=_best_rank(recs, "trained"), ceiling_rank=2 ** m, **overlap,
                upper_time=time.perf_counter() - t0, settings_key=_settings_key(recipe.cfg))
-    row["exact"] = bool(row["certified_min_rank"] == row["smallest_solving_rank"])
     cands = pd.DataFrame([{k: v for k, v in r.items() if k != "estimator"} for r in recs])
     return row, pools, cands.assign(n_bits=m), fits, cert
 
@@ -236,27 +237,30 @@ def _read_table(recipe, name):
 
 
 def full_task_checks(summary, candidates):
-    """The expected behaviours of a run, each True or False: every certificate
-    verified, every smallest head checked on all ordered sequences, the certified rank
-    never above the smallest solving one, and no head below the certified rank solving.
+    """The expected behaviours of a run, each True or False: every certificate and flip
+    cycle verified, every smallest head checked on all ordered sequences, the lower
+    bound never above the smallest solving rank, no head below the lower bound solving,
+    and every overlap kernel checked.
 
     Examples
     --------
     >>> import pandas as pd
     >>> from minip_learn.experiments import full_task_checks
     >>> s = pd.DataFrame(dict(n_bits=[4], certificate_verified=[True], solver_max_error=[0.4],
-    ...                       certified_min_rank=[2], smallest_solving_rank=[2]))
+    ...                       lower_bound=[2], smallest_solving_rank=[2]))
     >>> c = pd.DataFrame(dict(n_bits=[4, 4], rank=[1, 2], solved=[False, True]))
     >>> all(full_task_checks(s, c).values())
     True
     """
-    bound = summary.set_index("n_bits")["certified_min_rank"]
+    bound = summary.set_index("n_bits")["lower_bound"]
     below = candidates["rank"] < candidates["n_bits"].map(bound)
     return {
         "certificates_verify": bool(summary["certificate_verified"].astype(bool).all()),
+        "flip_cycles_verify": bool(summary.get("flip_cycle_verified", pd.Series(
+            [True] * len(summary)))[summary["n_bits"] >= 5].astype(bool).all()),
         "solvers_verified_on_every_sequence": bool(
             (pd.to_numeric(summary["solver_max_error"]) < 0.5).all()),
-        "bounds_ordered": bool((summary["certified_min_rank"]
+        "bounds_ordered": bool((summary["lower_bound"]
                                 <= summary["smallest_solving_rank"]).all()),
         "none_solved_below_bound": bool(not candidates.loc[below, "solved"].astype(bool).any()),
         "overlap_kernels_checked": bool(all(
@@ -270,11 +274,13 @@ def _row_text(r):
     ordered = int(r["n_ordered_sequences"])
     return {"m": fmt(r["n_bits"]),
             "sequences": f"{ordered:,}" if ordered < 10**9 else f"2^{3 * int(r['n_bits'])}",
-            "certified (lower)": fmt(r["certified_min_rank"]),
+            "lower bound": fmt(r["lower_bound"]),
             "smallest solving (upper)": fmt(r["smallest_solving_rank"]),
-            "r*(m)": fmt(r["certified_min_rank"]) if exact else
-            f"open: {fmt(r['certified_min_rank'])}..{fmt(r['smallest_solving_rank'])}",
-            "lower method": r["lower_method"], "upper method": r["upper_method"],
+            "r*(m)": fmt(r["lower_bound"]) if exact else
+            f"open: {fmt(r['lower_bound'])}..{fmt(r['smallest_solving_rank'])}",
+            "lower method": (FLIP_METHOD + f"; R5: {fmt(r['certified_min_rank'])}"
+                             if r["lower_bound"] > r["certified_min_rank"]
+                             else r["lower_method"]), "upper method": r["upper_method"],
             "groups": fmt(r["group_rank"]), "factorisation": fmt(r["factorized_rank"]),
             "trained": fmt(r["trained_rank"]),
             "overlap kernel": f"{fmt(r['overlap_rank'])} (D = {fmt(r['overlap_degree'])})",
@@ -316,17 +322,21 @@ def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, pro
     Parameters
     ----------
     quick : bool, default=True
-        ``SETTINGS["quick"]`` (m = 2..5) or ``["full"]`` (m = 2..8).
+        ``SETTINGS["quick"]`` (m = 2..5, 9, 12, 16) or ``["full"]`` (m = 2..32).
     out : str or path, default=None
         Folder for ``summary.csv`` (columns :data:`SUMMARY_COLUMNS`, rewritten as each
         size finishes; ``n_sequences`` counts the multisets of
         :func:`~minip_learn.datasets.make_full_task`, ``n_ordered_sequences`` the
         ``2^(3m)`` sequences they stand for), ``summary.md``, ``pools.csv`` (every pool certified),
         ``candidates.csv`` (every candidate head), ``results.csv`` (the trained fits),
-        ``full_task.png``, per size ``m{m}/certificate.json`` and
-        ``solvers/m{m}-rank{r}.joblib``. A size already in ``summary.csv`` with its files
-        present and the same settings is not measured again; trained fits go to
-        ``out/runs``. None keeps everything in memory.
+        ``full_task.png``, ``table.csv`` (the table of ``summary.md``), ``growth.csv``
+        (bits of rank per bit of token of each bound, least squares with a 95%
+        t-interval, over the sizes above 8 bits), per size ``m{m}/certificate.json``
+        and ``m{m}/overlap_kernel.json`` (the overlap kernel's exact weights, fractions
+        as ``"p/q"`` strings), and up to 8 bits ``solvers/m{m}-rank{r}.joblib``. A
+        size already in ``summary.csv`` with its files present and the same settings
+        is not measured again; trained fits go to ``out/runs``. None keeps everything
+        in memory.
     n_jobs, devices, progress, figures, ensemble
         As in :func:`~minip_learn.experiments.witness_experiment` (the trained heads of
         a size always train as one batched model).
@@ -335,7 +345,11 @@ def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, pro
         (keyword arguments of :func:`~minip_learn.constructions.factorized_kernel_head`),
         ``factorized_seeds``, ``factorized_max_bits``, ``kernel`` (of
         :class:`~minip_learn.KernelAttentionRegressor`), ``seeds``,
-        ``max_train_ranks``, ``train_max_bits``, ``verify_chunk``.
+        ``max_train_ranks``, ``train_max_bits``, ``verify_chunk``,
+        ``pool_max_sequences`` (the ``max_sequences`` of
+        :func:`~minip_learn.theory.certify_full_task` above 8 bits), ``sample_size``
+        and ``sample_seed`` (the random sequences the overlap kernel is checked on
+        above 8 bits).
 
     Returns
     -------
@@ -362,7 +376,7 @@ def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, pro
     for m in tqdm(recipe.cfg["sizes"], desc="sizes", unit="size", disable=not progress):
         m = int(m)
         if m in done:                        # resumed: its rows of the other tables too
-            rows.append(done[m])
+            rows.append(flip_cycle_record(recipe, dict(done[m])))
             for kept, name in ((pools, "pools"), (cands, "candidates"), (fits, "results")):
                 table = old[name]
                 kept.append(table[table["n_bits"] == m] if "n_bits" in table else table)
@@ -371,6 +385,7 @@ def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, pro
             continue
         row, p, c, f, cert = _measure_size(recipe, m, previous)
         previous = (m, cert, row["lower_method"])
+        flip_cycle_record(recipe, row)
         rows.append(row)
         pools.append(p)
         cands.append(c)
@@ -384,7 +399,18 @@ def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, pro
     return recipe.finish(
         Bunch(summary=summary, pools=pools_df, candidates=cand_df, results=fits_df,
               markdown=_markdown(summary, checks, recipe.cfg), checks=checks, figures=figs),
-        tables={"pools": pools_df, "candidates": cand_df})
+        table=display(summary, _row_text),
+        tables={"pools": pools_df, "candidates": cand_df, "growth": _growth_table(summary)})
+
+
+def _growth_table(summary):
+    """``growth.csv``: bits of rank per bit of token of each bound, with the interval."""
+    rows = []
+    for name, fit in bound_exponents(summary).items():
+        rows.append(dict(bound=name, from_bits=fit.from_bits, n_sizes=fit.n,
+                         slope=round(fit.slope, 4), ci_low=round(fit.ci_low, 4),
+                         ci_high=round(fit.ci_high, 4)))
+    return pd.DataFrame(rows)
 
 
 def _frames(rows, pools, cands, fits):

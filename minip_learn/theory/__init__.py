@@ -57,6 +57,7 @@ from .exact import (
     exact_family_size,
     exact_seq_len,
 )
+from .flip_cycles import flip_cycle, verify_flip_cycle
 from .full_task import (
     certify_full_task,
     full_task_constraint_count,
@@ -86,6 +87,7 @@ __all__ = [
     "exact_family_size",
     "exact_seq_len",
     "family_constraints",
+    "flip_cycle",
     "full_task_constraint_count",
     "full_task_family",
     "full_task_size",
@@ -109,6 +111,7 @@ __all__ = [
     "transcript_check",
     "transcript_lower_bound",
     "verify_certificate",
+    "verify_flip_cycle",
     "verify_full_task_certificate",
     "witness_bound",
     "witness_denominators",

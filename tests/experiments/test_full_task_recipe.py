@@ -115,3 +115,26 @@ def test_recipe_above_the_listed_sizes(tmp_path):
     cert4 = tmp_path / s.loc[4, "certificate"]
     assert verify_certificate(cert4, make_full_task(4).family)
     assert "Growth per bit of token" in res.markdown
+
+
+def test_a_flip_cycle_raises_the_lower_bound_from_five_bits(tmp_path):
+    """m = 5: the R5 certificate gives 2, the odd flip cycle 3, which meets the rank-3
+    head: r*(5) = 3. The cycle file reads back and verifies."""
+    from types import SimpleNamespace
+
+    from minip_learn.experiments._full_task_report import flip_cycle_record
+    from minip_learn.theory import verify_flip_cycle
+
+    recipe = SimpleNamespace(out=tmp_path)
+    row = flip_cycle_record(recipe, dict(n_bits=5, certified_min_rank=2,
+                                         smallest_solving_rank=3))
+    assert row["lower_bound"] == 3 and row["exact"] and row["flip_cycle_verified"]
+    doc = json.loads((tmp_path / row["flip_cycle"]).read_text())
+    cycle = {k: np.array([[int(c) for c in t] for t in doc[k]]) for k in ("queries", "lo", "hi")}
+    assert doc["n_bits"] == 5 and verify_flip_cycle(cycle, make_full_task(5).family)
+    small = flip_cycle_record(recipe, dict(n_bits=4, certified_min_rank=2,
+                                           smallest_solving_rank=2))
+    assert small["lower_bound"] == 2 and small["flip_cycle"] is None
+    big = flip_cycle_record(recipe, dict(n_bits=9, certified_min_rank=3,
+                                         smallest_solving_rank=46))
+    assert big["lower_bound"] == 3 and not big["exact"]
