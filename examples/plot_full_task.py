@@ -30,9 +30,11 @@ from minip_learn.datasets import make_full_task
 from minip_learn.experiments import full_task_experiment, growth_fit, markdown_table
 from minip_learn.theory import (
     certify_full_task,
+    flip_cycle,
     grouped_key_weights,
     overlap_kernel,
     overlap_kernel_predict,
+    verify_flip_cycle,
     verify_full_task_certificate,
 )
 
@@ -86,6 +88,19 @@ res = full_task_experiment(sizes=tuple(SIZES[:3] if FAST else SIZES[:4]),
                            kernel={"max_epochs": 200 if FAST else 1000},
                            progress=False, figures=False)
 print(res.markdown)
+
+# %%
+# No head of rank 2 from m = 5 on
+# -------------------------------
+# Gap-domination orders two kernel values at a query; a head of rank 2 writes every
+# query's weights as a mix of two nonnegative rows, and the orders then force the
+# "flip graph" of the task to be bipartite. Five pairs of bits, each disjoint from the
+# next, close an odd cycle in it at m = 5: no rank-2 head solves the task, and with
+# the rank-3 head found above, r*(5) = 3.
+cycle = flip_cycle(5)
+print(cycle.queries)
+print("odd cycle verified on the listed task:",
+      verify_flip_cycle(cycle, make_full_task(5).family), "-> rank >=", cycle.rank)
 
 # %%
 # Beyond the listed task
@@ -150,10 +165,11 @@ plt.show()
 # %%
 # Reading it
 # ----------
-# Where the two bounds meet (``m <= 4``) ``r*(m)`` is exact. Up to ``m = 8`` the
+# Where the two bounds meet (``m <= 5``) ``r*(m)`` is exact. Up to ``m = 8`` the R5
 # certificates stop at 2 -- at length 3 a single gap-domination step bounds a ratio by
 # a constant, and the exhaustive search shows no certificate of the task does better
-# there -- while the heads found grow like ``2^(m-3)``. From ``m = 9`` on, larger codes
-# and witness designs certify more, and the overlap kernel keeps the upper bound near
-# ``2^(0.8 m)``: ``r*(m)`` stays open between them. ``minip-learn reproduce full-task``
+# there -- and the odd flip cycle lifts the bound to 3 from ``m = 5``, while the heads
+# found grow like ``2^(m-3)``. From ``m = 9`` on, larger codes and witness designs
+# certify more, and the overlap kernel keeps the upper bound near ``2^(0.8 m)``:
+# ``r*(m)`` stays open between them. ``minip-learn reproduce full-task``
 # runs the recipe from ``m = 2`` to 32.
