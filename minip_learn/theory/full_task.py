@@ -30,11 +30,12 @@ from .._validation import check_int, distinct_tokens
 from ..compact import CompactFamily, pack_tokens
 from ._full_task_search import best_pairs
 from ._pools import weight_pools
+from ._task_sets import AllSequences, full_task_triples
 from .certify import certify
 from .codes import greedy_constant_weight_code, hadamard_code, hadamard_orders, product_code
 from .design import LADDER_GAPS, block_designs, witness_family
 from .exact import complement_closed_code
-from .verify import verify_certificate, verify_full_task_certificate
+from .verify import verify_certificate
 
 __all__ = ["FULL_TASK_LISTED_BITS", "FULL_TASK_MAX_BITS", "FULL_TASK_MAX_SEQUENCES",
            "certify_full_task", "full_task_constraint_count", "full_task_family",
@@ -365,6 +366,50 @@ def pad_certificate(certificate, n_bits):
     return dataclasses.replace(certificate, n_bits=n, tokens=pad(certificate.tokens),
                                queries=pad(certificate.queries),
                                keys=pad(certificate.keys))
+
+
+def verify_full_task_certificate(certificate, n_bits, *, raise_on_failure=True):
+    """Check a certificate against the full length-3 task over ``n_bits`` bits, any
+    size, without listing the task.
+
+    The task holds every sequence of three ``n_bits``-bit tokens, so every sequence a
+    chain step needs is a member; what is checked is everything else
+    :func:`~minip_learn.theory.verify_certificate` checks (the fields, the chains and
+    their overlap gaps, the ratio bounds, the rank R5 gives, every stated figure), with
+    ``n_constraints`` against a closed form of the task's R4 triples (computed here,
+    independently of :func:`~minip_learn.theory.full_task_constraint_count`).
+    The certificate's token table lists the tokens it uses (at 32 bits the task has
+    2^32). Up to :data:`~minip_learn.theory.full_task.FULL_TASK_LISTED_BITS` the same certificate can also be checked
+    against the listed family with ``verify_certificate(cert, full_task_family(m))``
+    when its table lists every token.
+
+    Parameters
+    ----------
+    certificate : Certificate, str, bytes or os.PathLike
+        As for :func:`~minip_learn.theory.verify_certificate`.
+    n_bits : int
+        Bits per token of the task (at most 64).
+    raise_on_failure : bool, default=True
+        Raise a :class:`ValueError` naming the first failed check; otherwise return
+        False.
+
+    Returns
+    -------
+    valid : bool
+
+    Examples
+    --------
+    >>> from minip_learn.theory import certify_full_task, verify_full_task_certificate
+    >>> res = certify_full_task(12, search_nodes=20000)
+    >>> res.certified_min_rank, verify_full_task_certificate(res.certificate, 12)
+    (4, True)
+    """
+    m = check_int(n_bits, "n_bits", min_value=1)
+    if m > CERTIFY_MAX_BITS:
+        raise ValueError(f"n_bits must be an integer from 1 to {CERTIFY_MAX_BITS}; got {m}.")
+    task = AllSequences(m, 3, full_task_triples(m))
+    return verify_certificate(certificate, task, query="all",
+                              raise_on_failure=raise_on_failure)
 
 
 # ----------------------------------------------------------------------------- pools

@@ -46,24 +46,9 @@ import numpy as np
 from .._progress import stages
 from .._validation import check_sequences
 from ..compact import is_compact
+from ._task_sets import AllSequences
 
-__all__ = ["verify_certificate", "verify_full_task_certificate"]
-
-
-class _AllSequences:
-    """Every length-``seq_len`` sequence of ``n_bits``-bit tokens, held implicitly.
-
-    What :func:`verify_certificate` checks a certificate of the *full task* against
-    when the task is too large to list: every sequence of tokens of the right length
-    is a member (so each chain step's sequences are present as soon as the
-    certificate's tokens have ``n_bits`` 0/1 entries), and the family's number of R4
-    triples is ``n_triples``, counted in closed form by the caller. The certificate's
-    token table then lists the tokens it uses, not every token of the task.
-    """
-
-    def __init__(self, n_bits, seq_len, n_triples):
-        self.n_bits, self.seq_len, self.n_triples = int(n_bits), int(seq_len), int(n_triples)
-        self.shape = (None, self.seq_len, self.n_bits)
+__all__ = ["verify_certificate"]
 
 
 class _Failure(Exception):
@@ -415,68 +400,10 @@ def verify_certificate(certificate, X, *, query=None, raise_on_failure=True, pro
     with stages("verify", ("read", "check"), progress) as bar:
         bar.start("read")
         c = _fields(_read(certificate))
-        if not is_compact(X) and not isinstance(X, _AllSequences):
-            # (a CompactFamily was validated when it was made)
+        if not is_compact(X) and not isinstance(X, AllSequences):   # (validated when made)
             X, _ = check_sequences(X, binary=True)
         bar.start("check")
         return _verify(c, X, query, raise_on_failure)
-
-
-def verify_full_task_certificate(certificate, n_bits, *, raise_on_failure=True):
-    """Check a certificate against the full length-3 task over ``n_bits`` bits, any
-    size, without listing the task.
-
-    The task holds every sequence of three ``n_bits``-bit tokens, so every sequence a
-    chain step needs is a member; what is checked is everything else
-    :func:`~minip_learn.theory.verify_certificate` checks (the fields, the chains and
-    their overlap gaps, the ratio bounds, the rank R5 gives, every stated figure), with
-    ``n_constraints`` against a closed form of the task's R4 triples (computed here,
-    independently of :func:`~minip_learn.theory.full_task_constraint_count`).
-    The certificate's token table lists the tokens it uses (at 32 bits the task has
-    2^32). Up to :data:`~minip_learn.theory.full_task.FULL_TASK_LISTED_BITS` the same certificate can also be checked
-    against the listed family with ``verify_certificate(cert, full_task_family(m))``
-    when its table lists every token.
-
-    Parameters
-    ----------
-    certificate : Certificate, str, bytes or os.PathLike
-        As for :func:`~minip_learn.theory.verify_certificate`.
-    n_bits : int
-        Bits per token of the task (at most 64).
-    raise_on_failure : bool, default=True
-        Raise a :class:`ValueError` naming the first failed check; otherwise return
-        False.
-
-    Returns
-    -------
-    valid : bool
-
-    Examples
-    --------
-    >>> from minip_learn.theory import certify_full_task, verify_full_task_certificate
-    >>> res = certify_full_task(12, search_nodes=20000)
-    >>> res.certified_min_rank, verify_full_task_certificate(res.certificate, 12)
-    (4, True)
-    """
-    if isinstance(n_bits, bool) or not isinstance(n_bits, numbers.Integral) \
-            or not 1 <= n_bits <= 64:
-        raise ValueError(f"n_bits must be an integer from 1 to 64; got {n_bits!r}.")
-    m = int(n_bits)
-    task = _AllSequences(m, 3, _full_task_triples(m))
-    return verify_certificate(certificate, task, query="all",
-                              raise_on_failure=raise_on_failure)
-
-
-def _full_task_triples(m):
-    """R4 triples ``(x, y, z)``, ``<x, z> - <x, y> >= 2``, of every ``m``-bit token.
-
-    A query of weight ``w`` meets ``C(w, i) 2^(m - w)`` tokens at overlap ``i``; of the
-    ``4^w`` pairs of overlaps ``(i, j)`` (weighted by ``C(w, i) C(w, j)``), Vandermonde's
-    identity puts ``C(2w, w)`` on ``j = i`` and ``C(2w, w + 1)`` on each of ``j = i + 1``
-    and ``j = i - 1``; half the rest has ``j >= i + 2``."""
-    return sum(math.comb(m, w) * 4 ** (m - w)
-               * (4 ** w - math.comb(2 * w, w) - 2 * math.comb(2 * w, w + 1)) // 2
-               for w in range(m + 1))
 
 
 def _verify(c, X, query, raise_on_failure):
@@ -493,9 +420,6 @@ def _verify(c, X, query, raise_on_failure):
             f"the certificate is for sequences of length {c.seq_len} over {c.n_bits} bits; "
             f"X has shape {X.shape}."
         )
-    if isinstance(X, _AllSequences) and (query != "all" or c.positional):
-        raise ValueError('a certificate checked against every sequence of the task is '
-                         'for query="all" and not positional.')
     if c.positional and (query != "last" or is_compact(X)):
         raise ValueError('a positional certificate is checked on final-query sequences '
                          'held as an array (query="last", X not a CompactFamily).')
@@ -796,7 +720,7 @@ def _check(c, X, final_query):
         if claim != 1:
             _fail(f"rank {claim} claimed from no (query, key) pair")
         _check_statement(c, 0, True, Fraction(1))
-        if isinstance(X, _AllSequences):
+        if isinstance(X, AllSequences):
             return None, X.n_triples
         _, unknown, n_triples = _scan_family(
             X, tokens.astype(np.uint8), np.zeros(0, dtype=np.int64), final_query,
@@ -930,7 +854,7 @@ def _check_family(X, tokens, q, si, sa, sb, N, final_query=False, positional=Fal
     query (``final_query``: as a sequence whose final token is ``x``), encoded slice by
     slice and looked up in one pass over the family (:func:`_scan_family`), which also
     counts its triples: returns ``(unknown, n_triples)`` of that pass."""
-    if isinstance(X, _AllSequences):         # every sequence of the task is a member
+    if isinstance(X, AllSequences):         # every sequence of the task is a member
         return None, X.n_triples
     T = len(tokens)
     patterns = (np.array([1, N - 1, 0]), np.array([1, N - 1, 0]), np.array([1, 1, N - 2]))

@@ -25,8 +25,8 @@ from minip_learn.theory import (
     verify_full_task_certificate,
 )
 from minip_learn.theory._full_task_search import best_pairs, chain_products
+from minip_learn.theory._task_sets import full_task_triples
 from minip_learn.theory.full_task import POOL_MAX_SEQUENCES, full_task_pools, lift_certificate
-from minip_learn.theory.verify import _full_task_triples
 
 
 def _all_ordered(m):
@@ -204,4 +204,4 @@ def test_padding_never_lowers_the_bound():
 def test_the_verifiers_count_of_triples_is_the_tasks(m):
     """The verifier counts the task's triples with its own closed form (Vandermonde):
     the same as the library's count (and, to m = 4, the brute force above)."""
-    assert _full_task_triples(m) == full_task_constraint_count(m)
+    assert full_task_triples(m) == full_task_constraint_count(m)
