@@ -20,6 +20,7 @@ from sklearn.utils import Bunch
 
 from ..datasets import make_full_task
 from ..estimators import KernelAttentionRegressor
+from ..metrics import TOLERANCE
 from ..theory import (
     Certificate,
     certify_full_task,
@@ -151,7 +152,7 @@ def _candidates(recipe, task, m, lower):
     cfg = recipe.cfg
     groups = grouped_key_weights(m)
     recs = [dict(method="key-weight groups", rank=groups.rank, seed=None,
-                 max_error=groups.max_error, solved=bool(groups.max_error < 0.5),
+                 max_error=groups.max_error, solved=solves(groups.max_error),
                  estimator=key_weight_head(groups))]
     best = groups.rank
     if m <= cfg["factorized_max_bits"] and lower < best:
@@ -259,12 +260,12 @@ def full_task_checks(summary, candidates):
         "flip_cycles_verify": bool(summary.get("flip_cycle_verified", pd.Series(
             [True] * len(summary)))[summary["n_bits"] >= 5].astype(bool).all()),
         "solvers_verified_on_every_sequence": bool(
-            (pd.to_numeric(summary["solver_max_error"]) < 0.5).all()),
+            (pd.to_numeric(summary["solver_max_error"]) < TOLERANCE).all()),
         "bounds_ordered": bool((summary["lower_bound"]
                                 <= summary["smallest_solving_rank"]).all()),
         "none_solved_below_bound": bool(not candidates.loc[below, "solved"].astype(bool).any()),
         "overlap_kernels_checked": bool(all(
-            (pd.to_numeric(summary[c]) < 0.5).all() for c in
+            (pd.to_numeric(summary[c]) < TOLERANCE).all() for c in
             ("overlap_max_error", "overlap_check_error") if c in summary)),
     }
 
