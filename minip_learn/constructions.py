@@ -22,7 +22,7 @@ from ._validation import (
     check_targets,
     distinct_tokens,
 )
-from .metrics import TOLERANCE, verify_solver
+from .metrics import TOLERANCE, solves, verify_solver
 
 __all__ = ["default_beta", "exact_kernel_realization", "factorized_kernel_head",
            "rank_one_head", "softmax_construction"]
@@ -371,5 +371,5 @@ def factorized_kernel_head(X, y, rank, *, beta=2.0, nmf_iter=200, steps=300, lr=
     est = KernelAttentionRegressor.from_module(
         head, rank=rank, feature_map="table", feature_kwargs=vocabulary, dtype="float64")
     est.train_max_error_ = verify_solver(est, X, y)
-    est.solved_ = est.train_max_error_ < TOLERANCE
+    est.solved_ = solves(est.train_max_error_)
     return est

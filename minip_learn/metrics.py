@@ -17,12 +17,68 @@ __all__ = [
     "max_abs_error",
     "sequence_exact_match",
     "solved",
+    "solves",
     "token_accuracy",
     "verify_solver",
+    "within_tolerance",
 ]
 
 #: A prediction is correct when its absolute error is strictly below this.
 TOLERANCE = 0.5
+
+
+def within_tolerance(errors):
+    """Whether each error is finite and strictly below :data:`TOLERANCE`, elementwise.
+
+    The array form of :func:`solves`: an error of ``nan`` or ``inf`` is not within the
+    tolerance.
+
+    Parameters
+    ----------
+    errors : array-like of float
+        Absolute errors, any shape.
+
+    Returns
+    -------
+    within : ndarray of bool
+        Of the shape of ``errors``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.metrics import within_tolerance
+    >>> within_tolerance([0.0, 0.4999, 0.5, np.inf, np.nan])
+    array([ True,  True, False, False, False])
+    """
+    errors = np.asarray(errors, dtype=np.float64)
+    return np.isfinite(errors) & (errors < TOLERANCE)
+
+
+def solves(max_error):
+    """Whether a largest error solves: finite and strictly below :data:`TOLERANCE`.
+
+    A head solves a family when its largest absolute error over every position of
+    every sequence passes: every prediction then rounds to its target.
+
+    Parameters
+    ----------
+    max_error : float
+        A largest absolute error (e.g. of :func:`max_abs_error` or
+        :func:`verify_solver`).
+
+    Returns
+    -------
+    solves : bool
+        True when ``max_error`` is finite and ``max_error < TOLERANCE``; ``nan`` and
+        ``inf`` do not solve.
+
+    Examples
+    --------
+    >>> from minip_learn.metrics import solves
+    >>> solves(0.49), solves(0.5), solves(float("nan"))
+    (True, False, False)
+    """
+    return bool(within_tolerance(float(max_error)))
 
 
 def _errors(y_true, y_pred):
@@ -52,7 +108,7 @@ def token_accuracy(y_true, y_pred):
     >>> token_accuracy([[1, 2], [0, 0]], [[1.2, 2.6], [0.1, -0.3]])
     0.75
     """
-    return float((_errors(y_true, y_pred) < TOLERANCE).mean())
+    return float(within_tolerance(_errors(y_true, y_pred)).mean())
 
 
 def sequence_exact_match(y_true, y_pred):
@@ -66,7 +122,7 @@ def sequence_exact_match(y_true, y_pred):
     >>> sequence_exact_match([2, 0, 1], [2.4, 0.6, 1.0])    # one target per sequence
     0.6666666666666666
     """
-    return float((_errors(y_true, y_pred) < TOLERANCE).all(axis=1).mean())
+    return float(within_tolerance(_errors(y_true, y_pred)).all(axis=1).mean())
 
 
 def max_abs_error(y_true, y_pred):
@@ -93,14 +149,14 @@ def solved(y_true, y_pred):
     >>> solved([[1, 2]], [[1.49, 2.0]]), solved([[1, 2]], [[1.5, 2.0]])
     (1.0, 0.0)
     """
-    return float(max_abs_error(y_true, y_pred) < TOLERANCE)
+    return float(solves(max_abs_error(y_true, y_pred)))
 
 
 def verify_solver(estimator, X, y):
     """Largest error ``max |p - t|`` of a fitted head on a family, in float64.
 
     The head solves the family when the value is below :data:`TOLERANCE` (every
-    prediction rounds to its target). The estimators evaluate their parameters in
+    prediction rounds to its target): :func:`solves` decides it. The estimators evaluate their parameters in
     float64 whatever dtype they were trained in, so a float32 fit is checked without
     float32 rounding.
 

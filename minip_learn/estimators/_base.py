@@ -47,7 +47,7 @@ from .._validation import (
     size_parameters,
 )
 from ..compact import is_compact
-from ..metrics import TOLERANCE, sequence_exact_match
+from ..metrics import TOLERANCE, sequence_exact_match, solves
 from ..training import (
     absolute_error,
     build_net,
@@ -593,7 +593,7 @@ class AttentionEstimator(BaseEstimator):
         self.n_epochs_ = len(net.history)
         self.init_errors_ = member.init_errors
         self.train_max_error_ = err
-        self.solved_ = self.train_max_error_ < TOLERANCE
+        self.solved_ = solves(self.train_max_error_)
         for name, value in fitted.items():
             setattr(self, name, value)
         if not math.isfinite(err):

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..constructions import exact_kernel_realization, factorized_kernel_head
 from ..estimators import KernelAttentionRegressor
-from ..metrics import TOLERANCE, verify_solver
+from ..metrics import solves, verify_solver
 from ..nn import KernelAttentionHead
 from ..theory import full_task_tokens, overlap_kernel_features
 
@@ -130,8 +130,3 @@ def verify_ordered(estimator, tokens, *, chunk=1 << 18):
         if not np.isfinite(worst):
             break
     return worst
-
-
-def solves(error):
-    """Whether a largest error means every prediction rounds to its target."""
-    return bool(np.isfinite(error) and error < TOLERANCE)

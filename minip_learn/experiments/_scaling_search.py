@@ -16,13 +16,13 @@ from sklearn.utils import Bunch
 
 from ..constructions import exact_kernel_realization, factorized_kernel_head
 from ..estimators import KernelAttentionRegressor
-from ..metrics import TOLERANCE, verify_solver
+from ..metrics import solves, verify_solver
 from ..model_selection import KeyedStore
 
 __all__ = ["bisect_ranks", "construction_route", "largest_below", "training_route"]
 
 
-def bisect_ranks(lo, hi, solves, max_probes=None):
+def bisect_ranks(lo, hi, rank_solves, max_probes=None):
     """Search between a failing ``lo`` and a solving ``hi``; returns the largest failing
     and the smallest solving rank probed.
 
@@ -33,13 +33,13 @@ def bisect_ranks(lo, hi, solves, max_probes=None):
     """
     if hi - lo <= 1 or max_probes == 0:
         return lo, hi
-    if not solves(hi - 1):
+    if not rank_solves(hi - 1):
         return hi - 1, hi
     hi, probes = hi - 1, 1
     while hi - lo > 1 and (max_probes is None or probes < max_probes):
         probes += 1
         mid = (lo + hi) // 2
-        if solves(mid):
+        if rank_solves(mid):
             hi = mid
         else:
             lo = mid
@@ -63,7 +63,7 @@ def _construct(suite, m, rank, seed, constructive, params):
         method = "nmf"
     err = verify_solver(est, suite.X, suite.y)
     row = dict(model="construction", n_bits=m, rank=int(est.rank), seed=seed,
-               method=method, solved=bool(err < TOLERANCE), max_abs_error=err,
+               method=method, solved=solves(err), max_abs_error=err,
                fit_time=time.perf_counter() - t0, fit_cpu_time=time.process_time() - c0)
     return row, (est if row["solved"] else None)
 
@@ -84,7 +84,7 @@ def construction_route(suite, m, cfg, out, bound, constructive):
                        suite.X, suite.y)
     rows, solvers = [], {}
 
-    def solves(rank):
+    def rank_solves(rank):
         seeds = [0] if rank >= constructive else list(cfg["construction"]["seeds"])
         for seed in seeds:
             row, est = store.fetch(
@@ -97,8 +97,8 @@ def construction_route(suite, m, cfg, out, bound, constructive):
         return False
 
     hi = lo = None
-    if solves(constructive):  # the R3 head solves every family
-        lo, hi = bisect_ranks(bound - 1, constructive, solves, cfg["max_probes"])
+    if rank_solves(constructive):  # the R3 head solves every family
+        lo, hi = bisect_ranks(bound - 1, constructive, rank_solves, cfg["max_probes"])
         lo = lo if lo >= bound else None
     return Bunch(rank=hi, failed_below=lo, estimator=solvers.get(hi),
                  results=pd.DataFrame(rows), n_computed=store.n_computed,
@@ -144,12 +144,12 @@ def training_route(recipe, suite, m, bound, upper):
     if first:
         sweep(first, maps)
     for fm in maps:
-        def solves(rank, fm=fm):
+        def rank_solves(rank, fm=fm):
             if (fm, rank) not in tried:
                 sweep([rank], [fm])
             return tried[fm, rank]
 
-        lo, hi = bisect_ranks(bound - 1, upper, solves, cfg["max_probes"])
+        lo, hi = bisect_ranks(bound - 1, upper, rank_solves, cfg["max_probes"])
         found = hi < upper  # the bisection lowers ``hi`` only to a rank that solved
         route.maps[fm] = (hi if found else None, lo if lo >= 1 else None,
                           fitted.get((fm, hi)) if found else None)

@@ -14,7 +14,7 @@ from ..compact import load_family
 from ..constructions import exact_kernel_realization
 from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionRegressor
-from ..metrics import TOLERANCE, verify_solver
+from ..metrics import verify_solver, within_tolerance
 from ._exact_sizes import SizeFailed, in_fresh_process
 from ._shared import Recipe, display, fmt, markdown_table, report, settings_text
 
@@ -219,7 +219,7 @@ def exact_checks(summary, length, results, *, certified_min_rank):
         "every_size_measured": bool(len(ok) == len(summary)),
         "exact_at_every_size": bool(len(ok) and (ok["exact"].astype(str) == "True").all()),
         "certificates_verify": bool(pd.to_numeric(ok["verify_time"]).notna().all()),
-        "constructions_solve": bool(err.notna().any() and (err.dropna() < TOLERANCE).all()),
+        "constructions_solve": bool(err.notna().any() and within_tolerance(err.dropna()).all()),
     }
     for name, g in length.groupby("family", sort=False):
         c = g.sort_values("seq_len")["certified_min_rank"].to_numpy()

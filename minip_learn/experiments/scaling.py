@@ -43,7 +43,7 @@ from sklearn.utils import Bunch
 from .._validation import distinct_tokens
 from ..datasets import make_witness_suite
 from ..estimators import SoftmaxAttentionRegressor
-from ..metrics import TOLERANCE, verify_solver
+from ..metrics import solves, verify_solver
 from ..theory import bound_table, certify
 from ._scaling_report import (
     SUMMARY_COLUMNS,
@@ -395,7 +395,7 @@ def _smallest_solver(out, suite, m, construction, training):
             solver_path.parent.mkdir(parents=True, exist_ok=True)
             joblib.dump(solver, solver_path)
             solver_err = verify_solver(joblib.load(solver_path), suite.X, suite.y)
-        if not solver_err < TOLERANCE:
+        if not solves(solver_err):
             upper = failed = route = None
     return dict(
         smallest_solving_rank=upper, failed_rank_below=failed, upper_route=route,

@@ -1,5 +1,9 @@
 """Final-query Min-IP in the data layer: targets of the last token only, random
-sequences, witness suites with every query moved last, and the metrics on (n,) targets."""
+sequences, witness suites with every query moved last, the metrics on (n,) targets and
+the solving predicate they share."""
+
+import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -12,7 +16,9 @@ from minip_learn.metrics import (
     max_abs_error,
     sequence_exact_match,
     solved,
+    solves,
     token_accuracy,
+    within_tolerance,
 )
 from minip_learn.theory import verify_certificate
 
@@ -181,3 +187,51 @@ def test_metrics_on_one_target_per_sequence():
     with pytest.raises(ValueError, match="different shapes"):
         sequence_exact_match(y, np.zeros((4, 3)))
     assert set(get_scorers()) >= {"exact_match", "solved"}
+
+
+#: errors around the threshold, signed zeros, extremes and the non-finite values
+EDGE_ERRORS = [
+    0.5, 0.4999999, 0.5000001, math.nextafter(0.5, 0.0), math.nextafter(0.5, 1.0),
+    0.0, -0.0, -0.4999999, -0.5, -1.0, 1.0, 5e-324, 1e-300, 1e308, -1e308,
+    float(np.float32(0.5)), float(np.nextafter(np.float32(0.5), np.float32(0))),
+    math.nan, -math.nan, math.inf, -math.inf,
+]
+
+
+def solves_reference(error):
+    """An error solves when it is a real number below one half (exact rationals)."""
+    try:
+        return Fraction(error) < Fraction(1, 2)
+    except (ValueError, OverflowError):  # nan, inf and -inf have no rational value
+        return False
+
+
+@pytest.mark.parametrize("error", EDGE_ERRORS, ids=repr)
+def test_solves_matches_the_reference(error):
+    got = solves(error)
+    assert type(got) is bool
+    assert got == solves_reference(error)
+    # numpy scalars and a 0-d array decide the same
+    assert solves(np.float64(error)) == solves(np.asarray(error)) == got
+
+
+def test_solves_on_the_threshold_and_the_non_finite():
+    assert solves(0.4999999) and solves(-0.0) and solves(0) and solves(np.float32(0.25))
+    assert not any(solves(e) for e in (0.5, 1, math.nan, math.inf, -math.inf))
+
+
+def test_within_tolerance_is_solves_elementwise():
+    errors = np.array(EDGE_ERRORS).reshape(3, 7)
+    got = within_tolerance(errors)
+    assert got.dtype == bool and got.shape == (3, 7)
+    assert got.tolist() == [[solves_reference(e) for e in row] for row in errors.tolist()]
+    assert within_tolerance([]).shape == (0,)
+
+
+def test_metrics_decide_correct_positions_by_the_predicate():
+    y = np.zeros((2, 3))
+    p = np.array([[0.5, math.nextafter(0.5, 0.0), -0.4999999],
+                  [math.nan, math.inf, 0.0]])
+    assert token_accuracy(y, p) == 3 / 6
+    assert sequence_exact_match(y, p) == 0.0
+    assert solved(y[:1], p[:1]) == 0.0 and solved(y[:1, 1:], p[:1, 1:]) == 1.0
