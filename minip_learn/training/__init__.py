@@ -40,6 +40,7 @@ from ._net import (
     MinIPNet,
     TrainLoss,
     compact_input,
+    is_periodic_epoch,
     last_position_error,
     module_forward,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "absolute_error",
     "build_net",
     "compact_input",
+    "is_periodic_epoch",
     "last_position_error",
     "member_max_errors",
     "module_forward",

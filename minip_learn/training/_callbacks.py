@@ -13,7 +13,7 @@ from skorch.callbacks import Callback
 from .._memory import heap_free_bytes, malloc_trim
 from ..metrics import TOLERANCE
 from ..nn.splitting import minip_partners, split_shared_features
-from ._net import input_counts, input_tokens
+from ._net import input_counts, input_tokens, is_periodic_epoch
 
 __all__ = [
     "MemberLog",
@@ -221,7 +221,7 @@ class SplitSharedFeatures(Callback):
             index, qf.vocabulary, None if counts is None else counts.to(index.device))
 
     def on_epoch_end(self, net, **kwargs):
-        if self.partners_ is None or len(net.history) % self.every:
+        if self.partners_ is None or not is_periodic_epoch(len(net.history), self.every):
             return
         active = getattr(net, "active_members_", None)
         E = net.module_.n_members
@@ -271,7 +271,7 @@ class TrimMemory(Callback):
         self.free_ = heap_free_bytes() if cpu else None
 
     def on_epoch_end(self, net, **kwargs):
-        if self.trim_ is None or len(net.history) % self.every:
+        if self.trim_ is None or not is_periodic_epoch(len(net.history), self.every):
             return
         if self.free_ is None or self.free_() >= self.min_free:
             self.trim_()

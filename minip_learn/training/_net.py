@@ -26,8 +26,8 @@ from skorch.history import History
 from ..nn import last_kwargs, last_output
 
 __all__ = ["BatchIterator", "LastPositionLoss", "MemberLoss", "MinIPHistory", "MinIPNet",
-           "TrainLoss", "compact_input", "input_counts", "input_tokens", "last_position_error",
-           "module_forward", "weighted_loss"]
+           "TrainLoss", "compact_input", "input_counts", "input_tokens", "is_periodic_epoch",
+           "last_position_error", "module_forward", "weighted_loss"]
 
 
 def compact_input(tokens, counts):
@@ -256,6 +256,36 @@ class BatchIterator:
             yield _rows(self.X, sl), (None if self.y is None else self.y[sl])
 
 
+def is_periodic_epoch(n_epochs, every, *, max_epochs=None):
+    """Whether the epoch that brings the count to ``n_epochs`` is an ``every``-th one.
+
+    Parameters
+    ----------
+    n_epochs : int
+        Epochs run, the one just ended included (the length of the history).
+    every : int
+        The period: epochs ``every``, ``2 * every``, ... are periodic.
+    max_epochs : int, default=None
+        When given, the last epoch of training (``n_epochs >= max_epochs``) counts too,
+        whatever the period.
+
+    Returns
+    -------
+    periodic : bool
+        ``n_epochs % every == 0``, or ``n_epochs >= max_epochs`` when ``max_epochs``
+        is given.
+
+    Examples
+    --------
+    >>> from minip_learn.training import is_periodic_epoch
+    >>> [n for n in range(1, 11) if is_periodic_epoch(n, 4)]
+    [4, 8]
+    >>> [n for n in range(1, 11) if is_periodic_epoch(n, 4, max_epochs=10)]
+    [4, 8, 10]
+    """
+    return n_epochs % every == 0 or (max_epochs is not None and n_epochs >= max_epochs)
+
+
 class MinIPNet(NeuralNet):
     """skorch ``NeuralNet`` of the Min-IP estimators.
 
@@ -311,7 +341,7 @@ class MinIPNet(NeuralNet):
         """Whether the epoch just run is one on which the training figures are read:
         every ``check_every``-th epoch and the last of ``max_epochs``."""
         n = len(self.history)
-        return n % self.check_every == 0 or n >= self.max_epochs
+        return is_periodic_epoch(n, self.check_every, max_epochs=self.max_epochs)
 
     def sync_history(self):
         """Turn every tensor recorded in the history since the last call into numbers

@@ -384,6 +384,52 @@ def test_stopped_member_is_frozen(data):
     assert member.train_max_error_ < 0.25
 
 
+def _periodic_reference(n, every, max_epochs):
+    """Epoch ``n`` is periodic when it is a multiple of ``every`` or the last one."""
+    multiples = set(range(every, n + every, every))
+    return n in multiples or (max_epochs is not None and n >= max_epochs)
+
+
+@pytest.mark.parametrize("max_epochs", [None, 1, 5, 6, 12])
+def test_periodic_epochs_match_the_reference(max_epochs):
+    from minip_learn.training import is_periodic_epoch
+
+    for every in range(1, 7):
+        for n in range(1, 15):
+            assert is_periodic_epoch(n, every, max_epochs=max_epochs) == \
+                _periodic_reference(n, every, max_epochs), (n, every, max_epochs)
+
+
+def test_net_checks_and_callbacks_run_on_periodic_epochs(monkeypatch):
+    # the net's check epochs include the last one; the periodic callbacks do not
+    from types import SimpleNamespace
+
+    from minip_learn.training import MinIPNet, SplitSharedFeatures, TrimMemory, _callbacks
+
+    class History(list):
+        def record(self, key, value):
+            self[-1][key] = value
+
+    ran = []
+    monkeypatch.setattr(_callbacks, "split_shared_features", lambda *a, **k: (
+        ran.append(("split", len(net.history))), None, None, [0])[1:])
+    for every in (1, 3, 4):
+        net = SimpleNamespace(check_every=every, max_epochs=10, history=History(),
+                              module_=SimpleNamespace(n_members=1), optimizer_=None)
+        trim, split = TrimMemory(every=every), SplitSharedFeatures(every=every)
+        trim.trim_, trim.free_ = lambda net=net: ran.append(("trim", len(net.history))), None
+        split.partners_, split.tables_, split.mask_ = [], (None, None), None
+        checks, ran[:] = [], []
+        for _ in range(10):
+            net.history.append({})
+            checks.append(MinIPNet.is_check_epoch(net))
+            trim.on_epoch_end(net)
+            split.on_epoch_end(net)
+        assert checks == [_periodic_reference(n, every, 10) for n in range(1, 11)]
+        assert ran == [(name, n) for n in range(1, 11) if _periodic_reference(n, every, None)
+                       for name in ("trim", "split")]
+
+
 @pytest.mark.parametrize("k", [4, 7])
 def test_check_every_k_epochs(k, data, monkeypatch):
     # the figures stay on the device between checks: one read of the history per k
