@@ -156,9 +156,9 @@ def verify_solver(estimator, X, y):
     """Largest error ``max |p - t|`` of a fitted head on a family, in float64.
 
     The head solves the family when the value is below :data:`TOLERANCE` (every
-    prediction rounds to its target): :func:`solves` decides it. The estimators evaluate their parameters in
-    float64 whatever dtype they were trained in, so a float32 fit is checked without
-    float32 rounding.
+    prediction rounds to its target), as :func:`solves` decides. The estimators
+    evaluate their parameters in float64 whatever dtype they were trained in, so a
+    float32 fit is checked without float32 rounding.
 
     Parameters
     ----------
