@@ -20,7 +20,7 @@ from sklearn.utils import Bunch
 
 from ..datasets import make_full_task
 from ..estimators import KernelAttentionRegressor
-from ..metrics import TOLERANCE
+from ..metrics import within_tolerance
 from ..theory import (
     Certificate,
     certify_full_task,
@@ -260,12 +260,12 @@ def full_task_checks(summary, candidates):
         "flip_cycles_verify": bool(summary.get("flip_cycle_verified", pd.Series(
             [True] * len(summary)))[summary["n_bits"] >= 5].astype(bool).all()),
         "solvers_verified_on_every_sequence": bool(
-            (pd.to_numeric(summary["solver_max_error"]) < TOLERANCE).all()),
+            within_tolerance(pd.to_numeric(summary["solver_max_error"])).all()),
         "bounds_ordered": bool((summary["lower_bound"]
                                 <= summary["smallest_solving_rank"]).all()),
         "none_solved_below_bound": bool(not candidates.loc[below, "solved"].astype(bool).any()),
         "overlap_kernels_checked": bool(all(
-            (pd.to_numeric(summary[c]) < TOLERANCE).all() for c in
+            within_tolerance(pd.to_numeric(summary[c])).all() for c in
             ("overlap_max_error", "overlap_check_error") if c in summary)),
     }
 

@@ -127,6 +127,17 @@ def verify_flip_cycle(cycle, X=None, *, raise_on_failure=True):
     Returns
     -------
     valid : bool
+
+    Examples
+    --------
+    >>> from minip_learn.datasets import make_full_task
+    >>> from minip_learn.theory import flip_cycle, verify_flip_cycle
+    >>> cycle = flip_cycle(5)
+    >>> verify_flip_cycle(cycle), verify_flip_cycle(cycle, make_full_task(5).X)
+    (True, True)
+    >>> short = {k: cycle[k][:4] for k in ("queries", "lo", "hi")}   # an even cycle
+    >>> verify_flip_cycle(short, raise_on_failure=False)
+    False
     """
     try:
         q, lo, hi = (np.asarray(cycle[k]) for k in ("queries", "lo", "hi"))
