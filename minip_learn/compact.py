@@ -25,17 +25,13 @@ before it allocates, never unpickles, and refuses anything but a valid family wi
 :class:`ValueError` naming the file. Sequence lengths are at most :data:`MAX_SEQ_LEN`.
 """
 
-import ast
-import math
+import functools
 import numbers
-import os
-import struct
-import zipfile
-import zlib
 from pathlib import Path
 
 import numpy as np
 
+from ._io import read_family_file
 from ._validation import (
     MAX_SEQ_LEN,
     check_binary,
@@ -421,33 +417,6 @@ def is_compact(X):
     return isinstance(X, CompactFamily)
 
 
-class _Refused(Exception):
-    """A problem of a family file; :func:`load_family` turns it into a ValueError that
-    names the file."""
-
-
-#: the first bytes of an ``.npy`` file and of a zip archive (``.npz``; the second is an
-#: empty archive)
-_NPY_MAGIC = b"\x93NUMPY"
-_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
-#: the longest ``.npy`` header read (numpy's own bound)
-_NPY_MAX_HEADER = 10000
-#: the most bytes deflate produces per compressed byte (plus a small allowance)
-_DEFLATE_MAX_RATIO = 1032
-_READ_CHUNK = 1 << 24
-#: the arrays of a compact family file: all required but ``version``
-_NPZ_ARRAYS = ("format", "version", "tokens", "token_ids", "counts")
-_NPZ_REQUIRED = ("format", "tokens", "token_ids", "counts")
-#: what the zip layer raises for a corrupt or truncated archive
-_ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError, OSError,
-               struct.error, NotImplementedError, ValueError, OverflowError)
-
-
-def _one_line(text, limit=200):
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
-
-
 def load_family(path):
     """A family from a file: a compact ``.npz`` or an ``.npy`` array of sequences.
 
@@ -499,211 +468,10 @@ def load_family(path):
     ...     load_family(path) == fam
     True
     """
-    path = Path(path)
-    where = str(path) if str(path).isprintable() else ascii(str(path))
-    try:
-        with open(path, "rb") as fh:
-            head = fh.read(8)
-            fh.seek(0)
-            if head.startswith(_NPY_MAGIC):
-                return _load_npy(fh)
-            if head[:4] in _ZIP_MAGICS:
-                return _load_npz(fh)
-            raise _Refused(f"not a .npy array or an .npz compact family (it starts with "
-                           f"{head!r}).")
-    except _Refused as exc:
-        raise ValueError(f"{where}: {_one_line(exc, 400)}") from None
-    except OSError as exc:
-        raise ValueError(f"{where}: cannot read it ({_one_line(exc)}).") from None
-
-
-def _read_exact(fh, n, what):
-    data = fh.read(n)
-    if len(data) != n:
-        raise _Refused(f"it ends inside {what} (cut short).")
-    return data
-
-
-def _read_header(fh, what):
-    """Shape, dtype, Fortran order and length of the ``.npy`` header at ``fh``."""
-    magic = _read_exact(fh, 8, f"the .npy magic string of {what}")
-    if not magic.startswith(_NPY_MAGIC):
-        raise _Refused(f"{what} is not a .npy array (bad magic string).")
-    version = (magic[6], magic[7])
-    if version not in ((1, 0), (2, 0)):
-        raise _Refused(f"{what} is a .npy array of format version {version[0]}."
-                       f"{version[1]}; versions 1.0 and 2.0 are read.")
-    fmt = "<H" if version == (1, 0) else "<I"
-    size = struct.calcsize(fmt)
-    length = struct.unpack(fmt, _read_exact(fh, size, f"the .npy header of {what}"))[0]
-    if length > _NPY_MAX_HEADER:
-        raise _Refused(f"{what} declares a .npy header of {length} bytes, more than "
-                       f"{_NPY_MAX_HEADER}.")
-    text = _read_exact(fh, length, f"the .npy header of {what}").decode("latin1")
-    try:
-        header = ast.literal_eval(text)
-    except Exception:  # any failure of parsing untrusted text: refused
-        header = None
-    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
-        raise _Refused(f"{what} has an unreadable .npy header {_one_line(repr(text), 80)} "
-                       "(expected a dict with keys descr, fortran_order and shape).")
-    shape, fortran = header["shape"], header["fortran_order"]
-    if not isinstance(shape, tuple) or not all(type(n) is int and n >= 0 for n in shape):
-        raise _Refused(f"{what} declares the shape {_one_line(repr(shape), 80)} "
-                       "(expected a tuple of integers >= 0).")
-    if not isinstance(fortran, bool):
-        raise _Refused(f"{what} declares fortran_order={_one_line(repr(fortran), 80)} "
-                       "(expected True or False).")
-    try:
-        dtype = np.lib.format.descr_to_dtype(header["descr"])
-    except Exception:  # any failure of parsing an untrusted dtype: refused
-        raise _Refused(f"{what} declares the unknown dtype "
-                       f"{_one_line(repr(header['descr']), 80)}.") from None
-    return shape, dtype, fortran, 8 + size + length
-
-
-def _check_dtype(dtype, what, kinds, expected):
-    if dtype.fields is not None or dtype.subdtype is not None or dtype.kind not in kinds:
-        kind = "structured " if dtype.fields is not None or dtype.subdtype is not None \
-            else ""
-        raise _Refused(f"{what} has the {kind}dtype {_one_line(dtype, 80)}; expected "
-                       f"{expected}.")
-
-
-def _read_body(fh, shape, dtype, fortran, what):
-    """The array body of declared (and checked) ``shape`` and ``dtype`` at ``fh``."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    try:
-        buf = np.empty(nbytes, dtype=np.uint8)
-    except MemoryError:
-        raise _Refused(f"{what} takes {nbytes} bytes, more than this machine can "
-                       "allocate.") from None
-    view, pos = memoryview(buf), 0
-    while pos < nbytes:
-        n = fh.readinto(view[pos:pos + _READ_CHUNK])
-        if not n:
-            raise _Refused(f"{what} ends after {pos} of its {nbytes} bytes (cut short).")
-        pos += n
-    del view
-    if fh.read(1):
-        raise _Refused(f"{what} has bytes after its {nbytes} bytes of data.")
-    if dtype.kind == "b" and nbytes and buf.max() > 1:
-        raise _Refused(f"{what} is a bool array holding bytes other than 0 and 1.")
-    arr = buf.view(dtype).reshape(shape, order="F" if fortran else "C")
-    if not dtype.isnative:
-        try:
-            arr = arr.astype(dtype.newbyteorder("="))
-        except MemoryError:
-            raise _Refused(f"{what} takes {nbytes} bytes, more than this machine can "
-                           "convert to native byte order.") from None
-    return arr
-
-
-def _check_nbytes(shape, dtype, held, what):
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes != held:
-        raise _Refused(f"{what} declares {nbytes} bytes of data (shape {shape}, dtype "
-                       f"{dtype}) but holds {held}.")
-    if nbytes > MAX_FAMILY_BYTES:
-        raise _Refused(f"{what} declares {nbytes} bytes of data, above MAX_FAMILY_BYTES = "
-                       f"{MAX_FAMILY_BYTES}.")
-
-
-def _load_npy(fh):
-    what = "the array"
-    shape, dtype, fortran, offset = _read_header(fh, what)
-    if len(shape) != 3 or 0 in shape:
-        raise _Refused(f"a family is a non-empty array of shape (n_samples, seq_len, "
-                       f"n_bits) of 0/1 tokens; got shape {shape}, dtype "
-                       f"{_one_line(dtype, 80)}.")
-    _check_dtype(dtype, what, "biu", "bool or integer 0/1 tokens")
-    if shape[1] > MAX_SEQ_LEN:
-        raise _Refused(f"the array has seq_len={shape[1]}, above MAX_SEQ_LEN = "
-                       f"{MAX_SEQ_LEN}.")
-    _check_nbytes(shape, dtype, os.fstat(fh.fileno()).st_size - offset, what)
-    arr = _read_body(fh, shape, dtype, fortran, what)
-    try:
-        return check_family(arr, name=what, integer=True)
-    except ValueError as exc:
-        raise _Refused(str(exc)) from None
-
-
-def _load_npz(fh):
-    try:
-        with zipfile.ZipFile(fh) as zf:
-            return _read_members(zf)
-    except _Refused:
-        raise
-    except _ZIP_ERRORS as exc:
-        raise _Refused(f"a corrupt or truncated .npz archive ({type(exc).__name__}: "
-                       f"{_one_line(exc)}).") from None
-
-
-def _read_members(zf):
-    infos = zf.infolist()
-    names = [info.filename for info in infos]
-    missing = [k for k in _NPZ_REQUIRED if f"{k}.npy" not in names]
-    if missing:
-        raise _Refused(f"an .npz file without {', '.join(missing)}; a compact family holds "
-                       "format, tokens, token_ids and counts (and optionally version).")
-    unknown = [n for n in names if n not in [f"{k}.npy" for k in _NPZ_ARRAYS]]
-    if unknown:
-        shown = ", ".join(_one_line(repr(n), 40) for n in unknown[:5])
-        raise _Refused(f"unknown array(s) {shown}"
-                       f"{' and more' if len(unknown) > 5 else ''}; a compact family holds "
-                       "only format, version, tokens, token_ids and counts.")
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise _Refused(f"the archive holds {', '.join(twice)} more than once.")
-    by_key = {info.filename[:-4]: info for info in infos}
-    for key, info in by_key.items():
-        what = f"array {key}"
-        if info.flag_bits & 0x1:
-            raise _Refused(f"{what} is encrypted.")
-        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise _Refused(f"{what} uses zip compression method {info.compress_type}; "
-                           "expected stored or deflated.")
-        most = info.compress_size if info.compress_type == zipfile.ZIP_STORED else \
-            _DEFLATE_MAX_RATIO * info.compress_size + 1024
-        if info.file_size > most:
-            raise _Refused(f"{what} declares {info.file_size} bytes from "
-                           f"{info.compress_size} stored bytes (a corrupt archive).")
-    total = sum(info.file_size for info in infos)
-    if total > MAX_FAMILY_BYTES:
-        raise _Refused(f"its arrays declare {total} bytes, above MAX_FAMILY_BYTES = "
-                       f"{MAX_FAMILY_BYTES}.")
-    marker = _read_member(zf, by_key["format"], "U", 0, "a string")
-    # compared as code points: the file's may be no characters at all
-    codes = np.trim_zeros(np.frombuffer(marker.tobytes(), dtype=np.uint32), "b").tolist()
-    if codes != [ord(c) for c in NPZ_FORMAT]:
-        text = "".join(chr(c) if c < 0x110000 else "\ufffd" for c in codes[:60])
-        raise _Refused(f"its format marker is {_one_line(repr(text), 80)}, not "
-                       f"{NPZ_FORMAT!r}: not a compact family file.")
-    if "version" in by_key:
-        version = int(_read_member(zf, by_key["version"], "iu", 0, "an integer"))
-        if version != NPZ_VERSION:
-            raise _Refused(f"compact family format version {version}; this version of "
-                           f"minip-learn reads version {NPZ_VERSION}.")
-    arrays = dict(
-        tokens=_read_member(zf, by_key["tokens"], "biu", 2, "bool or integer 0/1 tokens"),
-        token_ids=_read_member(zf, by_key["token_ids"], "iu", 2, "integers"),
-        counts=_read_member(zf, by_key["counts"], "iu", 2, "integers"))
-    try:
-        return CompactFamily(**arrays)
-    except ValueError as exc:
-        raise _Refused(str(exc)) from None
-
-
-def _read_member(zf, info, kinds, ndim, expected):
-    what = f"array {info.filename[:-4]}"
-    with zf.open(info) as member:
-        shape, dtype, fortran, offset = _read_header(member, what)
-        _check_dtype(dtype, what, kinds, expected)
-        if len(shape) != ndim:
-            raise _Refused(f"{what} must be {ndim}-D; got shape {shape}.")
-        _check_nbytes(shape, dtype, info.file_size - offset, what)
-        return _read_body(member, shape, dtype, fortran, what)
-
+    return read_family_file(
+        path, max_bytes=MAX_FAMILY_BYTES, max_seq_len=MAX_SEQ_LEN, npz_format=NPZ_FORMAT,
+        npz_version=NPZ_VERSION, make_family=CompactFamily,
+        check_array=functools.partial(check_family, name="the array", integer=True))
 
 
 def pack_tokens(tokens):
