@@ -27,10 +27,12 @@ before it allocates, never unpickles, and refuses anything but a valid family wi
 
 import functools
 import numbers
+import warnings
 from pathlib import Path
 
 import numpy as np
 
+from . import bits
 from ._io import read_family_file
 from ._validation import (
     MAX_SEQ_LEN,
@@ -42,9 +44,19 @@ from ._validation import (
 )
 
 __all__ = ["MATERIALIZE_MAX_BYTES", "MAX_FAMILY_BYTES", "MAX_SEQ_LEN", "NPZ_FORMAT",
-           "NPZ_VERSION", "CompactFamily", "index_dtype", "is_compact", "load_family",
-           "merge_slots", "smallest_int_dtype", "overlap_words", "pack_tokens",
-           "token_ids"]
+           "NPZ_VERSION", "CompactFamily", "is_compact", "load_family", "merge_slots",
+           "smallest_int_dtype", "token_ids"]
+
+#: names of :mod:`minip_learn.bits` still importable from here, with a FutureWarning
+_MOVED_TO_BITS = ("index_dtype", "overlap_words", "pack_tokens")
+
+
+def __getattr__(name):
+    if name in _MOVED_TO_BITS:
+        warnings.warn(f"minip_learn.compact.{name} is deprecated; import "
+                      f"minip_learn.bits.{name} instead.", FutureWarning, stacklevel=2)
+        return getattr(bits, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 #: the witness suites materialise ``X`` only when it takes at most this many bytes
 MATERIALIZE_MAX_BYTES = 1 << 28
@@ -356,7 +368,7 @@ class CompactFamily:
         holding ``0..n_bits``.
         """
         ids_all = self.token_ids[rows]
-        words = pack_tokens(self.tokens)
+        words = bits.pack_tokens(self.tokens)
         n, k = ids_all.shape
         out = np.zeros((n, k), dtype=smallest_int_dtype(self.n_bits))
         for start in range(0, n, TARGET_CHUNK):
@@ -366,8 +378,8 @@ class CompactFamily:
                 best = np.full(len(ids), np.iinfo(np.int64).max)
                 for b in range(k):
                     ok = real_a & (ids[:, b] >= 0)
-                    ov = overlap_words(words, np.maximum(ids[:, a], 0),
-                                       np.maximum(ids[:, b], 0))
+                    ov = bits.overlap_words(words, np.maximum(ids[:, a], 0),
+                                            np.maximum(ids[:, b], 0))
                     best = np.where(ok, np.minimum(best, ov), best)
                 out[start:start + len(ids), a] = np.where(real_a, best, 0)
         return out
@@ -474,55 +486,6 @@ def load_family(path):
         check_array=functools.partial(check_family, name="the array", integer=True))
 
 
-def pack_tokens(tokens):
-    """Binary tokens ``(T, m)`` as big-endian 64-bit words ``(T, ceil(m / 64))``."""
-    tokens = np.asarray(tokens, dtype=np.uint8)
-    T, m = tokens.shape
-    n_words = max(1, -(-m // 64))
-    packed = np.packbits(tokens, axis=1)
-    if packed.shape[1] != 8 * n_words:
-        padded = np.zeros((T, 8 * n_words), dtype=np.uint8)
-        padded[:, : packed.shape[1]] = packed
-        packed = padded
-    return packed.view(">u8").astype(np.uint64)
-
-
-def overlap_words(words, a, b):
-    """Popcount of ``words[a] & words[b]`` summed over words (int64): the overlaps
-    ``<tokens[a], tokens[b]>`` of packed tokens (:func:`pack_tokens`), exactly."""
-    return np.bitwise_count(words[a] & words[b]).sum(axis=-1, dtype=np.int64)
-
-
-def index_dtype(n):
-    """int32 when indices below ``n`` fit in it, else int64."""
-    return np.int32 if int(n) < 2**31 else np.int64
-
-
-def _unique_rows(words):
-    """``np.unique(axis=0)`` of packed word rows: (unique rows, inverse)."""
-    if words.shape[1] == 1:
-        uniq, inv = np.unique(words[:, 0], return_inverse=True)
-        return uniq[:, None], inv.reshape(-1)
-    if not len(words):
-        return words, np.zeros(0, dtype=np.int64)
-    order = np.lexsort(words.T[::-1])
-    new = np.zeros(len(order), dtype=bool)
-    new[0] = True
-    for c in range(words.shape[1]):         # one column at a time
-        col = words[order, c]
-        new[1:] |= col[1:] != col[:-1]
-        del col
-    first = order[new]
-    inv = np.empty(len(order), dtype=index_dtype(len(first)))
-    inv[order] = np.cumsum(new, dtype=inv.dtype) - 1
-    return words[first], inv
-
-
-def _unpack(words, m):
-    bits = np.unpackbits(words.astype(">u8").view(np.uint8).reshape(len(words), -1), axis=1)
-    return np.ascontiguousarray(bits[:, :m])
-
-
 def token_ids(X):
     """Distinct tokens (``np.unique(axis=0)`` order) and the id of every position of
     validated binary sequences ``X`` (n, N, m)."""
@@ -531,7 +494,7 @@ def token_ids(X):
     words = np.empty((len(flat), max(1, -(-m // 64))), dtype=np.uint64)
     step = 1 << 20                          # packed in slices: no full-size temporaries
     for a in range(0, len(flat), step):
-        words[a:a + step] = pack_tokens(flat[a:a + step])
-    uniq, inv = _unique_rows(words)
+        words[a:a + step] = bits.pack_tokens(flat[a:a + step])
+    uniq, inv = bits.unique_rows(words)
     del words
-    return _unpack(uniq, m), inv.reshape(n, N)
+    return bits.unpack_tokens(uniq, m), inv.reshape(n, N)

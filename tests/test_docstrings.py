@@ -14,6 +14,7 @@ PUBLIC_MODULES = [
     "minip_learn.datasets",
     "minip_learn.nn",
     "minip_learn.metrics",
+    "minip_learn.bits",
     "minip_learn.model_selection",
     "minip_learn.theory",
     "minip_learn.plotting",

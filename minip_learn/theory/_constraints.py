@@ -20,7 +20,8 @@ from collections import Counter
 
 import numpy as np
 
-from ..compact import is_compact, overlap_words, pack_tokens, smallest_int_dtype, token_ids
+from ..bits import overlap_words, pack_tokens
+from ..compact import is_compact, smallest_int_dtype, token_ids
 
 __all__ = ["Constraints", "Reach", "constraints", "constraints_reference", "every_order_triples",
            "isin", "reach", "reach_reference", "with_singles"]

@@ -22,7 +22,8 @@ from math import comb
 import numpy as np
 
 from .._validation import check_binary, check_int
-from ..compact import overlap_words, pack_tokens, smallest_int_dtype
+from ..bits import overlap_words, pack_tokens
+from ..compact import smallest_int_dtype
 
 __all__ = ["complement_closed_code", "exact_family", "exact_family_size", "exact_seq_len"]
 

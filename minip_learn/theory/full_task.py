@@ -27,7 +27,8 @@ import numpy as np
 from sklearn.utils import Bunch
 
 from .._validation import check_int, distinct_tokens
-from ..compact import CompactFamily, pack_tokens
+from ..bits import pack_tokens
+from ..compact import CompactFamily
 from ._full_task_search import best_pairs
 from ._pools import weight_pools
 from ._task_sets import AllSequences, full_task_triples
