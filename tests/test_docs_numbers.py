@@ -192,3 +192,61 @@ def test_causal_page_counts_of_the_mixers_artifact():
     kernel = table["exact-m8", "kernel"]
     assert "14 x 10" in page and kernel["certified rank"] == "14"
     assert int(kernel["state floats there"]) == 10 * int(kernel["smallest solving state"])
+
+
+#: the theory page's r*(m) prose: (words on the page, m, summary.csv column, value)
+FULL_TASK_FINDINGS = [
+    ("exact at ``m = 2..5``: 1, 1, 2, 3", 2, "lower_bound", "1"),
+    ("exact at ``m = 2..5``: 1, 1, 2, 3", 5, "lower_bound", "3"),
+    ("exact at ``m = 2..5``: 1, 1, 2, 3", 5, "smallest_solving_rank", "3"),
+    ("``r*(m)`` lies in 3..8,\n3..16 and 3..32", 6, "smallest_solving_rank", "8"),
+    ("``r*(m)`` lies in 3..8,\n3..16 and 3..32", 8, "smallest_solving_rank", "32"),
+    ("``r*(m)`` lies in 3..8,\n3..16 and 3..32", 8, "lower_bound", "3"),
+    ("3 at ``m = 9, 10``", 10, "lower_bound", "3"),
+    ("4 at 11 and 12", 11, "lower_bound", "4"),
+    ("4 at 11 and 12", 12, "lower_bound", "4"),
+    ("8\nat 16", 16, "lower_bound", "8"),
+    ("12 at 20, 18 at 24", 20, "lower_bound", "12"),
+    ("12 at 20, 18 at 24", 24, "lower_bound", "18"),
+    ("27 at 28 and **53 at 32**", 28, "lower_bound", "27"),
+    ("27 at 28 and **53 at 32**", 32, "lower_bound", "53"),
+    ("rank 46 (degree 2) at ``m = 9``", 9, "smallest_solving_rank", "46"),
+    ("2,517 at 16, 21,700 at 20, 190,051 at 24", 16, "smallest_solving_rank", "2517"),
+    ("2,517 at 16, 21,700 at 20, 190,051 at 24", 20, "smallest_solving_rank", "21700"),
+    ("2,517 at 16, 21,700 at 20, 190,051 at 24", 24, "smallest_solving_rank", "190051"),
+    ("**15,033,173** (degree 8) at 32", 32, "smallest_solving_rank", "15033173"),
+    ("**15,033,173** (degree 8) at 32", 32, "overlap_degree", "8"),
+    ("the gap is 3..8 at ``m = 6``\nand 53..15,033,173", 6, "lower_bound", "3"),
+    ("R5 certificates reach\n2 only up to ``m = 8``", 8, "certified_min_rank", "2"),
+]
+
+
+@functools.cache
+def _full_task_summary():
+    import csv
+
+    path = ROOT / "docs" / "_static" / "full-task" / "summary.csv"
+    with path.open(newline="") as f:
+        return {int(row["n_bits"]): row for row in csv.DictReader(f)}
+
+
+@pytest.mark.parametrize("words, m, column, value", FULL_TASK_FINDINGS)
+def test_theory_page_r_star_equals_the_full_task_grid(words, m, column, value):
+    page = (ROOT / "docs" / "theory.rst").read_text()
+    assert words in page, words
+    assert _full_task_summary()[m][column] == value, (m, column)
+
+
+def test_theory_page_growth_equals_the_full_task_grid():
+    import csv
+
+    page = " ".join((ROOT / "docs" / "theory.rst").read_text().split())
+    with (ROOT / "docs" / "_static" / "full-task" / "growth.csv").open(newline="") as f:
+        growth = {row["bound"]: row for row in csv.DictReader(f)}
+    lo, up = growth["lower"], growth["upper"]
+    quoted = (f"grows by {float(lo['slope']):.3f} bits of rank per bit of token (95% "
+              f"interval {float(lo['ci_low']):.3f} to {float(lo['ci_high']):.3f}) and the "
+              f"upper bound by {float(up['slope']):.3f} ({float(up['ci_low']):.3f} to "
+              f"{float(up['ci_high']):.3f})")
+    assert quoted in page, quoted
+    assert f"Over ``m = {growth['lower']['from_bits']}..32``" in page
