@@ -35,6 +35,7 @@ pickle/joblib for a complete round trip.
 """
 
 from ._base import PREDICT_CHUNK_BYTES
+from ._modules import module_declarations
 from ._versions import MinIPVersionWarning
 from .classifier import KernelAttentionClassifier
 from .kernel import KernelAttentionRegressor
@@ -48,4 +49,5 @@ __all__ = [
     "MinIPVersionWarning",
     "SequenceMixerRegressor",
     "SoftmaxAttentionRegressor",
+    "module_declarations",
 ]

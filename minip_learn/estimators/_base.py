@@ -55,6 +55,7 @@ from ..training import (
     module_forward,
     train_members,
 )
+from ._modules import compact_order_error, module_declarations
 from ._versions import versioned_restore, versioned_state
 
 __all__ = ["PREDICT_CHUNK_BYTES"]
@@ -378,10 +379,48 @@ class AttentionEstimator(BaseEstimator):
         checked["dtype"] = _DTYPES[checked["dtype"]]
         return checked
 
+    def _order_dependence(self, *, reset):
+        """How the model depends on the order of the tokens (a phrase naming what
+        makes it so), or None when it reads the tokens as a multiset.
+
+        At fit (``reset=True``) the ``causal`` and ``positional`` hyperparameters
+        decide, afterwards the fitted module's declarations
+        (:attr:`module_declarations_`) and final-query targets (``query_``).
+        """
+        if reset:
+            params = self.get_params(deep=False)
+            causal, positional = params.get("causal", False), params.get("positional")
+        else:
+            declared = self.module_declarations_
+            causal, positional = declared.causal, declared.positional
+        options = (["causal=True"] if bool(causal) else []) + (
+            [f"positional={positional!r}"] if positional is not None else [])
+        if options:
+            return f"with {' and '.join(options)} depends on the order of the tokens"
+        if not reset and self._final_query():
+            return ("was fitted on final-query targets (query_='last') and predicts the "
+                    "last position of every sequence")
+        return None
+
+    @property
+    def module_declarations_(self):
+        """What the fitted module declares about itself, as a
+        :class:`~sklearn.utils.Bunch`: ``causal`` (default False), ``positional``
+        (default None), ``nonnegative``, ``theorem`` and ``theorem_applies`` (None when
+        not declared) and ``single_head`` (the single head with an affine readout, the
+        model of the theorem; None otherwise)."""
+        check_is_fitted(self, "net_")
+        return module_declarations(self.net_.module_)
+
     def _validate_X(self, X, *, reset):
-        """``X`` as :class:`_Inputs` (a compact family: its slots, never materialised)."""
+        """``X`` as :class:`_Inputs` (a compact family: its slots, never materialised);
+        a compact family is refused when the model reads token order
+        (:meth:`_order_dependence`)."""
         # fit sets n_bits_ & co. only once training succeeded (reset=True: no check)
         if is_compact(X):  # validated when it was made
+            reason = self._order_dependence(reset=reset)
+            if reason is not None:
+                raise compact_order_error(type(self).__name__, reason)
             data = _Inputs(X.slot_tokens(), False, X.counts, X.seq_len)
         else:
             X3, was_2d = check_sequences(X, allow_2d=True)
@@ -661,12 +700,6 @@ class AttentionEstimator(BaseEstimator):
         data = self._validate_X(X, reset=False)
         X3, was_2d, counts = data.tokens, data.was_2d, data.counts
         final = self._final_query()
-        if final and counts is not None:
-            raise ValueError(
-                f"{type(self).__name__} was fitted on final-query targets (query_="
-                "'last'), which need materialised sequences: it predicts the last "
-                "position of every sequence, which a CompactFamily (a multiset, without "
-                "order) does not have; pass X of shape (n_sequences, seq_len, n_bits).")
         self._check_predict_tokens(X3)
         n_samples, seq_len, _ = X3.shape  # seq_len: the slots of a compact X
         # The trained parameters are evaluated in float64: float32 matrix products round

@@ -79,7 +79,8 @@ device, random_state, verbose
         (0 when solved; in label units for Min-IP targets).
     theorem_applies_ : bool
         Always False (argmax readout).
-    n_epochs_, init_errors_, n_bits_, seq_len_, n_features_in_, vocabulary_, kernel_min_
+    n_epochs_, init_errors_, n_bits_, seq_len_, n_features_in_, vocabulary_, \
+kernel_min_, module_declarations_
         As in :class:`KernelAttentionRegressor`.
 
     Examples

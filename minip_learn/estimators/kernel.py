@@ -2,10 +2,8 @@
 
 import numpy as np
 import torch
-from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_binary, distinct_tokens
-from ..compact import is_compact
 from ..nn import (
     KernelAttentionHead,
     KernelAttentionModel,
@@ -15,6 +13,7 @@ from ..nn import (
 from ..nn.attention import CAUSAL_CHUNK
 from ..nn.feature_maps import is_registered
 from ._base import AttentionEstimator, AttentionRegressorMixin
+from ._modules import build_and_check
 
 __all__ = ["KernelAttentionRegressor"]
 
@@ -163,21 +162,6 @@ class KernelAttentionBase(AttentionEstimator):
             params["max_len"] = X.shape[1]
         return params
 
-    def _validate_X(self, X, *, reset):
-        if is_compact(X):
-            # a multiset has no order: refuse it for heads that read the order
-            module = None if reset else getattr(getattr(self, "net_", None), "module_", None)
-            causal = getattr(module, "causal", self.causal if reset else False)
-            positional = getattr(module, "positional", self.positional if reset else None)
-            options = (["causal=True"] if bool(causal) else []) + (
-                [f"positional={positional!r}"] if positional is not None else [])
-            if options:
-                raise ValueError(
-                    f"X is a CompactFamily (sequences in multiset form, without token order), "
-                    f"but {type(self).__name__} with {' and '.join(options)} depends on the "
-                    "order of the tokens: pass the materialised sequences (X.expand()).")
-        return super()._validate_X(X, reset=reset)
-
     def _check_buildable(self, X, module_params, checked):
         if not is_registered(module_params["feature_map"]):
             head = {k: v for k, v in module_params.items()
@@ -197,19 +181,16 @@ class KernelAttentionBase(AttentionEstimator):
         """Build a user's map as the head would and check its output on the distinct
         training tokens (a ValueError naming the map), leaving torch's RNG as it was."""
         tokens = torch.as_tensor(distinct_tokens(X.reshape(-1, X.shape[2])), dtype=dtype)
-        with torch.random.fork_rng(devices=[]):
-            try:
-                head = KernelAttentionHead(**params).to(tokens.dtype)
-            except ValueError:
-                raise
-            except Exception as exc:
-                raise ValueError(
-                    f"feature_map={params['feature_map']!r} could not be built as "
-                    f"feature_map(n_bits={params['n_bits']}, rank={params['rank']}, "
-                    f"**feature_kwargs): {type(exc).__name__}: {exc}"
-                ) from exc
+
+        def check(head):
             for phi in {id(m): m for m in (head.query_features, head.key_features)}.values():
                 check_feature_map_output(phi, tokens, params["feature_map"])
+
+        build_and_check(
+            KernelAttentionHead, params, tokens.dtype, check,
+            name=f"feature_map={params['feature_map']!r}",
+            call=f"feature_map(n_bits={params['n_bits']}, rank={params['rank']}, "
+                 "**feature_kwargs)")
 
     def _set_fitted_state(self, member, data, module_params, fitted, tokens=None):
         super()._set_fitted_state(member, data, module_params, fitted)
@@ -251,8 +232,7 @@ class KernelAttentionBase(AttentionEstimator):
         docstring and :ref:`theory-r4`). A causal head is covered on final-query targets
         (its last output is the full head's output at the query), not on targets at
         every position."""
-        check_is_fitted(self, "net_")
-        head = getattr(self.net_.module_, "single_head", None)
+        head = self.module_declarations_.single_head
         if head is None or head.positional is not None:
             return False
         if head.causal and getattr(self, "query_", "last") != "last":
@@ -268,7 +248,7 @@ class KernelAttentionBase(AttentionEstimator):
         maps) or ``"no"``."""
         if self.theorem_applies_:
             return "yes"
-        head = getattr(self.net_.module_, "single_head", None)
+        head = self.module_declarations_.single_head
         if head is not None and head.positional is not None and (
                 head.nonnegative or getattr(self, "kernel_min_", float("nan")) >= 0):
             return "positional"
@@ -278,7 +258,7 @@ class KernelAttentionBase(AttentionEstimator):
         # every head of every layer holds its own features and values; logits per class
         module = self.net_.module_
         per_head = super()._predict_bytes_per_sequence(seq_len, itemsize)
-        if getattr(module, "causal", False):
+        if self.module_declarations_.causal:
             # a block's masked kernel (log-domain maps: its log-features per pair)
             block = min(seq_len, CAUSAL_CHUNK)
             per_head += 3 * block * block * (getattr(module, "rank", 1) + 1) * itemsize
@@ -462,6 +442,9 @@ class KernelAttentionRegressor(AttentionRegressorMixin, KernelAttentionBase):
         ``"yes"`` when ``theorem_applies_``; ``"positional"`` for a single head
         with positional maps and a nonnegative kernel (covered on final-query
         families in every order of their keys); ``"no"`` otherwise.
+    module_declarations_ : :class:`~sklearn.utils.Bunch`
+        What the fitted module declares about itself: ``causal``, ``positional``,
+        ``nonnegative``, ``theorem``, ``theorem_applies`` and ``single_head``.
 
     Examples
     --------

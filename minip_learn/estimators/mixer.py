@@ -5,7 +5,6 @@ the pipeline of the heads."""
 import numpy as np
 import torch
 
-from ..compact import is_compact
 from ..nn.feature_maps import is_registered
 from ..nn.mixers import (
     available_mixers,
@@ -15,6 +14,7 @@ from ..nn.mixers import (
     mixer_name,
 )
 from ._base import AttentionEstimator, AttentionRegressorMixin
+from ._modules import build_and_check
 
 __all__ = ["SequenceMixerRegressor"]
 
@@ -102,8 +102,9 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
     init_errors_ : list of float
     solved_ : bool
     train_max_error_ : float
-    n_bits_, seq_len_, n_features_in_ : int
-        As in :class:`KernelAttentionRegressor`.
+    n_bits_, seq_len_, n_features_in_, module_declarations_
+        As in :class:`KernelAttentionRegressor` (a user's module declares nothing:
+        ``module_declarations_.theorem`` is None).
     query_ : {"all", "last"}
         ``"last"`` after a fit on final-query targets (``predict`` then returns one
         output per sequence).
@@ -236,17 +237,12 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         """Build the mixer as training will and run it on the first ``batch`` (a
         ValueError naming the mixer), leaving torch's RNG as it was."""
         x = torch.tensor(np.asarray(batch), dtype=dtype)
-        with torch.random.fork_rng(devices=[]):
-            try:
-                module = _build_mixer(**params).to(dtype)
-            except ValueError:
-                raise
-            except Exception as exc:  # a user's factory may raise anything: name it
-                raise ValueError(
-                    f"mixer={mixer_name(params['mixer'])!r} could not be built as "
-                    f"mixer(n_bits={params['n_bits']}, state_size={params['state_size']}, "
-                    f"**mixer_kwargs): {type(exc).__name__}: {exc}") from exc
-            check_mixer_output(module, x, params["mixer"])
+        build_and_check(
+            _build_mixer, params, dtype,
+            lambda module: check_mixer_output(module, x, params["mixer"]),
+            name=f"mixer={mixer_name(params['mixer'])!r}",
+            call=f"mixer(n_bits={params['n_bits']}, state_size={params['state_size']}, "
+                 "**mixer_kwargs)")
 
     def _stackable(self, module_params):
         # the registered mixers run vectorised over a stack's members (torch.func.vmap);
@@ -256,13 +252,8 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
         return "with a user's mixer (a module class or factory)"
 
     # -- validation and fitted state -------------------------------------------------
-    def _validate_X(self, X, *, reset):
-        if is_compact(X):
-            raise ValueError(
-                "mixers see token order; pass materialised sequences, X of shape "
-                "(n_sequences, seq_len, n_bits) in their order, not a CompactFamily, to "
-                "SequenceMixerRegressor.")
-        return super()._validate_X(X, reset=reset)
+    def _order_dependence(self, *, reset):
+        return "with any mixer depends on the order of the tokens"
 
     def _set_fitted_state(self, member, data, module_params, fitted, tokens=None):
         super()._set_fitted_state(member, data, module_params, fitted)
@@ -277,7 +268,7 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
     def _set_declarations(self, seq_len):
         """``theorem_`` and ``state_floats_`` from the module's declarations."""
         module = self.net_.module_
-        self.theorem_ = getattr(module, "theorem", None)
+        self.theorem_ = self.module_declarations_.theorem
         # a causal mixer's bound is that of its final position (final-query targets)
         self.theorem_applies_ = self.theorem_ == "yes" and getattr(self, "query_", None) == "last"
         covered = self.theorem_ in ("yes", "positional")

@@ -1,6 +1,5 @@
 """The softmax-attention regressor (the dense baseline of the kernel heads)."""
 
-from ..compact import is_compact
 from ..nn import SoftmaxAttentionHead
 from ._base import AttentionEstimator, AttentionRegressorMixin
 
@@ -47,6 +46,8 @@ dtype, device, random_state, verbose
     solved_ : bool
     train_max_error_ : float
     n_bits_, seq_len_, n_features_in_ : int
+    module_declarations_ : :class:`~sklearn.utils.Bunch`
+        As in :class:`KernelAttentionRegressor` (``theorem`` is ``"no"``).
 
     Examples
     --------
@@ -120,15 +121,6 @@ dtype, device, random_state, verbose
     def _activation_width(self, module_params):
         # the queries of every position: score_dim values each (n_bits by default)
         return module_params["score_dim"] or module_params["n_bits"]
-
-    def _validate_X(self, X, *, reset):
-        module = None if reset else getattr(getattr(self, "net_", None), "module_", None)
-        if is_compact(X) and bool(getattr(module, "causal", self.causal if reset else False)):
-            raise ValueError(
-                f"X is a CompactFamily (sequences in multiset form, without token order), "
-                f"but {type(self).__name__} with causal=True depends on the order of the "
-                "tokens: pass the materialised sequences (X.expand()).")
-        return super()._validate_X(X, reset=reset)
 
     def _predict_bytes_per_sequence(self, seq_len, itemsize):
         # scores, softmax weights and their product, for the scores the head holds at

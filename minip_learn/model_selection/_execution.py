@@ -17,6 +17,7 @@ from sklearn.base import clone
 from sklearn.metrics import check_scoring
 
 from .._validation import check_device, check_int
+from ..estimators import module_declarations
 from ._ensemble import fit_ensemble
 from ._summary import as_stored
 from ._values import digest, jsonable
@@ -194,19 +195,20 @@ def _coverage(est, certified_min_rank):
     Returns ``(rank, nonnegative, theorem_applies, covered)``. The bound (theory page,
     R4-R5) covers one head, one layer, an affine readout and a nonnegative kernel. The
     estimator's flag ``theorem_applies_`` (from the kernel values on the training tokens)
-    decides when it has one, else the module's declaration; a module that declares
-    neither is covered unless it is signed. A sequence mixer that is a kernel head has a
-    rank (``rank_``, its state size) but no such hyperparameter. A certificate for
-    position-dependent maps also covers the heads declared ``theorem = "positional"``
-    on final-query targets.
+    decides when it has one, else the module's declaration
+    (:func:`~minip_learn.estimators.module_declarations`, also for an estimator of
+    another library around a module); a module that declares neither is covered unless
+    it is signed. A sequence mixer that is a kernel head has a rank (``rank_``, its state
+    size) but no such hyperparameter. A certificate for position-dependent maps also
+    covers the heads declared ``theorem = "positional"`` on final-query targets.
     """
     rank = est.get_params(deep=False).get("rank", getattr(est, "rank_", None))
-    module = getattr(getattr(est, "net_", None), "module_", None)
-    nonnegative = getattr(module, "nonnegative", None)
-    theorem_applies = getattr(est, "theorem_applies_", getattr(module, "theorem_applies", None))
+    declared = module_declarations(getattr(getattr(est, "net_", None), "module_", None))
+    nonnegative = declared.nonnegative
+    theorem_applies = getattr(est, "theorem_applies_", declared.theorem_applies)
     covered = nonnegative is not False if theorem_applies is None else bool(theorem_applies)
     if not covered and getattr(certified_min_rank, "positional", False):
-        theorem = getattr(est, "theorem_", getattr(module, "theorem", None))
+        theorem = getattr(est, "theorem_", declared.theorem)
         covered = theorem == "positional" and getattr(est, "query_", "last") == "last"
     return rank, nonnegative, theorem_applies, covered
 

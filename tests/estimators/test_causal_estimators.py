@@ -2,6 +2,7 @@
 stacking, refusal of multiset (compact) input, bad options, clone and pickle."""
 
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from sklearn.base import clone
 from minip_learn import (
     KernelAttentionClassifier,
     KernelAttentionRegressor,
+    SequenceMixerRegressor,
     SoftmaxAttentionRegressor,
 )
 from minip_learn.compact import CompactFamily
@@ -89,24 +91,65 @@ def test_fit_members_stacks_causal_heads(data):
     np.testing.assert_allclose(res.estimators[1].predict(X), single.predict(X), atol=1e-5)
 
 
-@pytest.mark.parametrize("est, option", [
-    (KernelAttentionRegressor(causal=True), "causal=True"),
-    (KernelAttentionRegressor(positional="learned"), "positional='learned'"),
-    (KernelAttentionClassifier(causal=True), "causal=True"),
-    (SoftmaxAttentionRegressor(causal=True), "causal=True"),
-], ids=["kernel", "learned", "classifier", "softmax"])
-def test_compact_input_is_refused(est, option, data):
+def _order_refusal(est, reason):
+    """The one message refusing a CompactFamily to an estimator whose model reads token
+    order, as a regular expression."""
+    return re.escape(
+        "X is a CompactFamily (sequences in multiset form, without token order), but "
+        f"{type(est).__name__} {reason}, which a multiset does not have: pass the "
+        "materialised sequences, X of shape (n_sequences, seq_len, n_bits) in their "
+        "order (X.expand()).")
+
+
+ORDERED = {
+    "kernel": (KernelAttentionRegressor(causal=True), "with causal=True"),
+    "learned": (KernelAttentionRegressor(positional="learned"), "with positional='learned'"),
+    "decay": (KernelAttentionRegressor(**OPTIONS["decay"]),
+              "with causal=True and positional='decay'"),
+    "classifier": (KernelAttentionClassifier(causal=True), "with causal=True"),
+    "softmax": (SoftmaxAttentionRegressor(causal=True), "with causal=True"),
+    "mixer": (SequenceMixerRegressor(state_size=2), "with any mixer"),
+}
+
+
+@pytest.mark.parametrize("name", list(ORDERED))
+def test_compact_input_is_refused(name, data):
+    est, option = ORDERED[name]
     family = CompactFamily.from_sequences(data[0])
     y = np.zeros((family.n_sequences, family.n_slots))
-    with pytest.raises(ValueError, match=f"CompactFamily.*{option}"):
+    match = _order_refusal(est, f"{option} depends on the order of the tokens")
+    with pytest.raises(ValueError, match=match):
         clone(est).set_params(max_epochs=1).fit(family, y)
 
 
-def test_compact_predict_is_refused(data):
+@pytest.mark.parametrize("name", list(ORDERED))
+def test_compact_predict_is_refused(name, data):
     X, y = data
-    est = KernelAttentionRegressor(rank=2, causal=True, **FAST).fit(X, y)
-    with pytest.raises(ValueError, match="CompactFamily.*causal=True"):
+    est, option = ORDERED[name]
+    est = clone(est).set_params(max_epochs=1, random_state=0).fit(X, y)
+    match = _order_refusal(est, f"{option} depends on the order of the tokens")
+    with pytest.raises(ValueError, match=match):
         est.predict(CompactFamily.from_sequences(X))
+
+
+@pytest.mark.parametrize("est", [KernelAttentionRegressor(rank=2),
+                                 SoftmaxAttentionRegressor()], ids=["kernel", "softmax"])
+def test_compact_predict_after_final_query_targets_is_refused(est, data):
+    X, y = data
+    est = clone(est).set_params(max_epochs=1, random_state=0).fit(X, y[:, -1])
+    reason = ("was fitted on final-query targets (query_='last') and predicts the last "
+              "position of every sequence")
+    with pytest.raises(ValueError, match=_order_refusal(est, reason)):
+        est.predict(CompactFamily.from_sequences(X))
+
+
+@pytest.mark.parametrize("est", [KernelAttentionRegressor(rank=2),
+                                 SoftmaxAttentionRegressor()], ids=["kernel", "softmax"])
+def test_compact_input_is_taken_by_positionless_heads(est, data):
+    X, y = data
+    est = clone(est).set_params(max_epochs=1, random_state=0).fit(X, y)
+    family = CompactFamily.from_sequences(X)
+    assert est.predict(family).shape == (family.n_sequences, family.n_slots)
 
 
 @pytest.mark.parametrize("params, match", [
