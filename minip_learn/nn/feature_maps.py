@@ -108,6 +108,10 @@ class FeatureMap(nn.Module):
     rank_maskable = True
     #: the constructor takes the encoder options ``width`` and ``depth``
     encoder_options = True
+    #: the features of a token depend on that token alone (not on the other tokens of
+    #: its sequence nor on the batch), so that a head may compute them once per
+    #: distinct token and gather them
+    per_token = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -180,10 +184,11 @@ class UserFeatureMap(UserModule, FeatureMap):
     is not a :class:`FeatureMap` in this class. It declares nothing it cannot know:
     ``nonnegative`` and ``kernel_nonnegative`` are False (the head normalises with the
     guard of signed kernels, and the estimators flag the theorem from the kernel values
-    the fitted map computes, ``kernel_min_``), no fused form, and
-    ``rank_maskable=False`` (heads of several ranks train one rank at a time). The
-    estimator stays picklable and clonable when ``factory`` is importable (a class or
-    function defined at module level).
+    the fitted map computes, ``kernel_min_``), no fused form, ``per_token=False`` (its
+    features are computed at every position), and ``rank_maskable=False`` (heads of
+    several ranks train one rank at a time). The estimator stays picklable and
+    clonable when ``factory`` is importable (a class or function defined at module
+    level).
 
     Parameters
     ----------
@@ -204,6 +209,7 @@ class UserFeatureMap(UserModule, FeatureMap):
     kernel_nonnegative = False
     rank_maskable = False
     encoder_options = False
+    per_token = False
 
     def __init__(self, n_bits, rank, *, factory, **kwargs):
         nn.Module.__init__(self)

@@ -489,6 +489,35 @@ class KernelAttentionHead(_Head):
         (:func:`minip_learn.nn.attention.last_attend`), ``O(N r d)`` per sequence."""
         return self._last(x, self.value(x), attention.last_attend)
 
+    def attend_last_tokens(self, x, tokens, index):
+        """:meth:`attend_last` from the maps of the distinct ``tokens`` of ``x`` (``index``:
+        every token's row), shape (batch, value_dim): the kernel between the distinct
+        query tokens and keys (with positions: (token, position) pairs), gathered per
+        sequence (:func:`~minip_learn.nn.attention.gathered_last_attend`). None when a
+        map declares no ``per_token`` or the kernel would hold more entries than ``x``
+        has positions."""
+        n, N = index.shape
+        learned = self.positional == "learned"
+        U = len(tokens)
+        if (x.ndim != 3 or U * U * (N if learned else 1) > n * N
+                or not (self.query_features.per_token and self.key_features.per_token)):
+            return None
+        fq, fk = self._map_outputs(tokens)
+        keys = index
+        if learned:  # the query at position N - 1, every key at every position
+            fq = self.with_positions(fq[:, None], fq[:, None], start=N - 1)[0][:, 0]
+            fk = self.with_positions(fk[:, None].expand(U, N, -1), fk[:, None])[1]
+            fk, keys = fk.reshape(U * N, -1), index * N + torch.arange(N, device=x.device)
+        lg = attention.log_decay(self.decay)
+        age = None if lg == 0.0 else torch.arange(N - 1, -1, -1, dtype=fq.dtype,
+                                                   device=x.device) * lg
+        scores = attention.token_scores(fq, fk, log_domain=self.log_domain,
+                                        mask=self.feature_mask)
+        return attention.gathered_last_attend(
+            scores, index[:, -1], keys, self.value(tokens), value_index=index,
+            normalise="softmax" if self.log_domain else "kernel", key_log_weight=age,
+            nonnegative=self.nonnegative, eps=self.denominator_eps)
+
     def _last(self, x, v, fn, *extra):
         """``fn`` (:func:`~minip_learn.nn.attention.last_attend` or
         :func:`~minip_learn.nn.attention.last_head_output`) on the last token's query
@@ -847,6 +876,18 @@ class SoftmaxAttentionHead(_Head):
             return self.readout(x, self.attend(x, counts))
         _check_last(counts)
         return self.readout(x[..., -1:, :], self.attend_last(x)[..., None, :])
+
+    def attend_last_tokens(self, x, tokens, index):
+        """:meth:`attend_last` from the maps of the distinct ``tokens`` of ``x``
+        (``index``: every token's row), shape (batch, value_dim): the scores between
+        the distinct tokens, gathered per sequence
+        (:func:`~minip_learn.nn.attention.gathered_last_attend`). None when they would
+        hold more entries than ``x`` has positions."""
+        if x.ndim != 3 or len(tokens) ** 2 > index.numel():
+            return None
+        scores = self.query(tokens) @ self.key(tokens).T / self.temperature
+        return attention.gathered_last_attend(scores, index[:, -1], index,
+                                              self.value(tokens), normalise="softmax")
 
     def attend_last(self, x):
         """The attended value at the last position, shape (..., value_dim): its query

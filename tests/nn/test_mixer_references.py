@@ -719,9 +719,10 @@ def test_selective_readouts_work_in_blocks_of_its_buffer(lead):
 def test_the_final_query_runs_in_blocks_of_about_last_block_floats(name):
     """``forward(x, last=True)`` splits the batch into blocks of
     ``LAST_BLOCK_FLOATS // state_floats(N)`` sequences (softmax's state grows with the
-    ``N`` tokens); a batch no larger than a block is one block."""
+    ``N`` tokens); a batch no larger than a block is one block. (Tokens other than 0
+    and 1: softmax's form on the distinct tokens does not apply.)"""
     mixer = make_mixer(name, N_BITS, 2, value_dim=VALUE_DIM)
-    x = torch.zeros(7, 2, N_BITS)
+    x = torch.full((7, 2, N_BITS), 0.5)
     calls, attend_last = [], mixer.attend_last
     mixer.attend_last = lambda part: calls.append(len(part)) or attend_last(part)
     mixer.LAST_BLOCK_FLOATS = 3 * mixer.state_floats(2) + 1  # three sequences a block

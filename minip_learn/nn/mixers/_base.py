@@ -2,12 +2,14 @@
 per-token maps (:class:`TokenMaps`), the shared state bases, :class:`UserMixer` and
 the registry (:data:`MIXERS`) with its functions."""
 
+import weakref
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from .._registry import Registry, UserModule
+from ..ops.tokens import distinct_token_index
 from ..readout import AffineReadout, ValueMap
 
 __all__ = [
@@ -166,6 +168,10 @@ class Mixer(nn.Module):
     #: "mask" when a ``feature_mask`` (1 = state dimension in use) switches the padding
     #: off; None: one stack per state size
     state_padding = None
+    #: whether the maps read the token alone (and its position, for positional maps):
+    #: the final-query form then computes them once per distinct token of the batch
+    #: (:meth:`attend_last_tokens`) instead of once per position
+    per_token_maps = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -253,8 +259,67 @@ class Mixer(nn.Module):
         the last position's only, shape (batch, 1), the readout of :meth:`attend_last`
         (what a final-query fit reads)."""
         if last:
-            return self.readout(x[:, -1:], self.last_in_blocks(x)[:, None])
+            return self.readout(x[:, -1:], self.final_query(x)[:, None])
         return self.readout(x, self.mix(x))
+
+    def final_query(self, x):
+        """The mixed vector at the last position, shape (batch, value_dim), in the
+        cheaper of two forms with the same values: :meth:`attend_last_tokens` on the
+        distinct tokens of ``x`` when the mixer declares ``per_token_maps`` and the
+        tokens are 0/1 constants (no gradient is asked of them), else
+        :meth:`last_in_blocks`."""
+        if self.per_token_maps and not x.requires_grad:
+            plan = self.distinct_tokens(x)
+            u = None if plan is None else self.attend_last_tokens(x, *plan)
+            if u is not None:
+                return u
+        return self.last_in_blocks(x)
+
+    def distinct_tokens(self, x):
+        """The distinct tokens of ``x`` and the index of every token among them
+        (:func:`~minip_learn.nn.ops.tokens.distinct_token_index`), or None.
+
+        The result for the last input tensor is kept: the same tensor again, not
+        modified in place since (full-batch training, every epoch), is not searched
+        again.
+        """
+        if x.is_inference() or _is_batched(x):  # no version counter / a vmapped input
+            return distinct_token_index(x)
+        base = x if x._base is None else x._base
+        view = (x.storage_offset(), tuple(x.shape), x.stride(), x.dtype)
+        cache = getattr(self, "_tokens_cache", None)
+        if cache is None or cache[0]() is not base or cache[1] != base._version:
+            cache = (weakref.ref(base), base._version, {})  # (the input is held weakly)
+            self.__dict__["_tokens_cache"] = cache
+        if view not in cache[2]:
+            cache[2][view] = distinct_token_index(x)
+        return cache[2][view]
+
+    def __getstate__(self):
+        # the distinct tokens of the last input are a cache: never pickled or copied
+        state = dict(super().__getstate__())
+        state.pop("_tokens_cache", None)
+        return state
+
+    def attend_last_tokens(self, x, tokens, index):
+        """The mixed vector at the last position, shape (batch, value_dim), from the
+        maps of the distinct tokens: equal to :meth:`attend_last` up to rounding.
+
+        Parameters
+        ----------
+        x : Tensor of shape (batch, seq_len, n_bits)
+        tokens : Tensor of shape (U, n_bits)
+            The distinct tokens of ``x``.
+        index : Tensor of shape (batch, seq_len), int64
+            The index of every token of ``x`` in ``tokens``.
+
+        Returns
+        -------
+        Tensor of shape (batch, value_dim), or None
+            None when this form does not apply or costs more than :meth:`attend_last`
+            (the default: a mixer that declares ``per_token_maps`` overrides it).
+        """
+        return None
 
     #: floats of state one block of :meth:`last_in_blocks` holds: a cache-sized working
     #: set (about 1 MiB in float32)
@@ -369,6 +434,11 @@ class UserMixer(UserModule, Mixer):
         return f"name={self.name!r}, n_bits={self.n_bits}, state_size={self.state_size}"
 
 
+def _is_batched(x):
+    """Whether ``x`` is a tensor batched by :func:`torch.func.vmap`."""
+    return bool(torch._C._functorch.is_batchedtensor(x))
+
+
 # ---------------------------------------------------------------------------------
 # The shared state bases
 # ---------------------------------------------------------------------------------
@@ -417,9 +487,12 @@ class HeadMixer(Mixer):
     def attend_last(self, x):
         return self.head.attend_last(x)
 
+    def attend_last_tokens(self, x, tokens, index):
+        return self.head.attend_last_tokens(x, tokens, index)
+
     def forward(self, x, *, last=False):
         if last:
-            return self.readout(x[:, -1:], self.last_in_blocks(x)[:, None])
+            return self.readout(x[:, -1:], self.final_query(x)[:, None])
         return self.head(x)
 
 

@@ -50,6 +50,7 @@ feature_kwargs, denominator_eps
     theorem_condition = "a nonnegative kernel (signed feature maps are outside the bound)"
     state_formula = "r (d + 1)"
     state_padding = "mask"  # the head's rank mask
+    per_token_maps = True
 
     def __init__(self, n_bits, state_size, *, value_dim=None, feature_map="elu+1",
                  feature_width=64, feature_depth=0, shared_features=False,

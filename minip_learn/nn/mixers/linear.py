@@ -13,6 +13,7 @@ import torch
 
 from ..feature_maps import make_feature_map
 from ..ops.masks import causal_part
+from ..ops.tokens import gathered_last_attend, token_scores
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
 __all__ = ["LinearAttentionMixer"]
@@ -54,6 +55,7 @@ class LinearAttentionMixer(MatrixStateMixer):
     paper = ("Katharopoulos et al. 2020, Transformers are RNNs (without the normaliser, as "
              "in fla's linear_attn)")
     state_padding = "mask"  # phi(0) need not be 0: padded features are masked
+    per_token_maps = True
 
     def __init__(self, n_bits, state_size, *, value_dim=None, feature_map="elu+1",
                  feature_kwargs=None):
@@ -87,6 +89,19 @@ class LinearAttentionMixer(MatrixStateMixer):
         """``u_N = S_N^T phi(q_N)`` with ``S_N = sum_j phi(k_j) v_j^T``: ``O(N r d)``."""
         S = self.features(self.key_features, x).transpose(-2, -1) @ self.value(x)
         return torch.einsum("br,brd->bd", self.features(self.query_features, x[:, -1]), S)
+
+    def attend_last_tokens(self, x, tokens, index):
+        """:meth:`attend_last` from the features and values of the distinct ``tokens``
+        of ``x`` (``index``: every token's row): the kernel between them, gathered per
+        sequence. None when a map declares no ``per_token`` or the kernel would hold
+        more entries than ``x`` has positions."""
+        qf, kf = self.query_features, self.key_features
+        if len(tokens) ** 2 > index.numel() or not (qf.per_token and kf.per_token):
+            return None
+        scores = token_scores(self.features(qf, tokens), self.features(kf, tokens),
+                              log_domain=False)
+        return gathered_last_attend(scores, index[:, -1], index, self.value(tokens),
+                                    normalise="none")
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)

@@ -53,6 +53,7 @@ class SoftmaxMixer(HeadMixer):
     state_formula = "N (r + d)"
     # padded query and key dimensions are zero: every score is unchanged
     state_padding = "zeros"
+    per_token_maps = True
 
     def __init__(self, n_bits, state_size, *, value_dim=None, temperature=1.0,
                  score_init_scale=0.1, algorithm="auto"):

@@ -15,6 +15,8 @@ module        holds
               :class:`~minip_learn.nn.ops.chunk.LogPrefixSketch`
 ``recurrent`` causal kernel attention one token at a time
 ``last``      the final-query form: the last position's query over every key
+``tokens``    the final-query form on the distinct tokens: the kernel between them,
+              gathered per sequence
 ``softmax``   dense softmax attention, explicit and over blocks of queries
 ============  ======================================================================
 
@@ -60,6 +62,7 @@ from .pair import pair_readout, pairwise_dots
 from .recurrent import recurrent_attend, recurrent_state, recurrent_step
 from .softmax import softmax_attend, softmax_weights
 from .spec import AttentionSpec, guard_denominator
+from .tokens import distinct_token_index, gathered_last_attend, token_scores
 
 __all__ = [
     "CAUSAL_CHUNK",
@@ -73,7 +76,9 @@ __all__ = [
     "causal_part",
     "decayed_mask",
     "decayed_scores",
+    "distinct_token_index",
     "explicit_kernel",
+    "gathered_last_attend",
     "guard_denominator",
     "head_output",
     "is_short",
@@ -93,5 +98,6 @@ __all__ = [
     "sketch",
     "softmax_attend",
     "softmax_weights",
+    "token_scores",
     "weight_keys",
 ]
