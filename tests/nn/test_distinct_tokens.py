@@ -10,6 +10,7 @@ import torch
 from minip_learn.nn import make_feature_map, make_mixer
 from minip_learn.nn.ops import naive
 from minip_learn.nn.ops.tokens import (
+    DENSE_VALUES,
     distinct_token_index,
     gathered_last_attend,
     token_scores,
@@ -132,16 +133,18 @@ def test_user_feature_map_takes_the_form_per_position():
 @pytest.mark.parametrize("decay", [None, 0.7])
 def test_gathered_last_attend_equals_the_formulas(log_domain, decay, tokens):
     """The kernel between distinct tokens, gathered per sequence, against the quadratic
-    reference on the features of every position: tokens that repeat, every position a
-    token of its own (its values then gathered per position), one token."""
+    reference on the features of every position: tokens that repeat (values summed
+    through the dense matrix of weights per token), every position a token of its own
+    (values gathered per position), one token."""
     g = torch.Generator().manual_seed(1)
-    n, N, r, d = 8, 6, 3, 2
+    n, N, r, d = 10, 6, 3, 2  # all distinct: more values than DENSE_VALUES * N
     U = {"repeated": 5, "distinct": n * N, "one": 1}[tokens]
     fq = torch.randn(U, r, generator=g, dtype=torch.float64, requires_grad=True)
     fk = torch.randn(U, r, generator=g, dtype=torch.float64, requires_grad=True)
     v = torch.randn(U, d, generator=g, dtype=torch.float64, requires_grad=True)
     tok = (torch.randperm(U, generator=g).view(n, N) if tokens == "distinct"
            else torch.randint(0, U, (n, N), generator=g))
+    assert (U > DENSE_VALUES * N) == (tokens == "distinct")
     age = None if decay is None else torch.arange(N - 1, -1, -1).double() * np.log(decay)
     if log_domain:
         scores = token_scores(fq, fk, log_domain=True)

@@ -20,6 +20,9 @@ __all__ = ["MAX_CODE_BITS", "distinct_token_index", "gathered_last_attend", "tok
 
 #: the widest 0/1 token that one ``int64`` code holds
 MAX_CODE_BITS = 62
+#: distinct values per position up to which the values are summed through a dense
+#: (sequences x distinct values) matrix of weights
+DENSE_VALUES = 8
 
 
 def distinct_token_index(x):
@@ -176,11 +179,12 @@ def gathered_last_attend(scores, query, keys, v, *, normalise, value_index=None,
 
 def _weighted_values(w, index, v):
     """``sum_j w_sj v[index_sj]``: the weights summed per distinct value first (a dense
-    (n, Uv) matrix) when there are no more distinct values than positions, else the
-    values gathered per position."""
+    (n, Uv) matrix) when there are at most ``DENSE_VALUES`` times as many distinct values
+    as positions, else the values gathered per position (whose backward adds ``n N``
+    rows of ``d`` into ``Uv``, several times the cost of the dense product)."""
     n, N = w.shape
     Uv = v.shape[0]
-    if Uv <= N:
+    if Uv <= DENSE_VALUES * N:
         dense = w.new_zeros(n, Uv).scatter_add(1, index, w)
         return dense @ v
     vg = v.index_select(0, index.reshape(-1)).view(n, N, -1)
