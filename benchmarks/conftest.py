@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 import _bench  # noqa: E402  (benchmarks/ is on sys.path: pytest's rootdir-based import)
 
 SECTIONS = ("fit", "sweep", "seq_len", "ensemble", "certify", "startup", "final_query",
-            "grid_epoch", "gpu", "stacks", "dispatch")
+            "estimator_epoch", "grid_epoch", "gpu", "stacks", "dispatch")
 
 
 def pytest_addoption(parser):
@@ -253,6 +253,16 @@ def markdown(res):
             [[r["name"], f"{r['target_median']:.3f}", f"{r['baseline_median']:.3f}",
               f"{1 / r['ratio']:.1f}x", f"{r['whole_last']:.2f}", "<= 2 s"]
              for r in res["final_query"]])
+    if res["estimator_epoch"]:
+        r0 = res["estimator_epoch"][0]
+        out += _section(
+            "(g) One final-query epoch through the estimator beside the formulas",
+            f"All {r0['n_sequences']:,} sequences of {r0['seq_len']} tokens, state 80, "
+            f"{r0['threads']} torch threads; the reference: a table kernel head written "
+            "from the formulas on the distinct tokens.",
+            ["mixer", "estimator epoch [s]", "reference epoch [s]", "ratio"],
+            [[r["name"], f"{r['epoch']:.3f}", f"{r['reference']:.3f}", f"{r['ratio']:.2f}x"]
+             for r in res["estimator_epoch"]])
     if res["grid_epoch"]:
         out += _grid_epoch_section(res["grid_epoch"])
     if res["gpu"]:
