@@ -36,6 +36,7 @@ pickle/joblib for a complete round trip.
 
 from ._base import PREDICT_CHUNK_BYTES
 from ._modules import module_declarations
+from ._saving import load_estimator, save_estimator
 from ._versions import MinIPVersionWarning
 from .classifier import KernelAttentionClassifier
 from .kernel import KernelAttentionRegressor
@@ -49,5 +50,7 @@ __all__ = [
     "MinIPVersionWarning",
     "SequenceMixerRegressor",
     "SoftmaxAttentionRegressor",
+    "load_estimator",
     "module_declarations",
+    "save_estimator",
 ]

@@ -13,7 +13,7 @@ from sklearn.utils import Bunch
 from ..compact import load_family
 from ..constructions import exact_kernel_realization
 from ..datasets import make_witness_suite
-from ..estimators import KernelAttentionRegressor
+from ..estimators import KernelAttentionRegressor, load_estimator, save_estimator
 from ..metrics import verify_solver, within_tolerance
 from ._exact_sizes import SizeFailed, in_fresh_process
 from ._shared import Recipe, display, fmt, markdown_table, report, settings_text
@@ -75,12 +75,9 @@ def _construction(recipe, row, family):
     est = exact_kernel_realization(tokens=family.tokens, seq_len=family.seq_len)
     path = None
     if recipe.out is not None:
-        import joblib
-
-        path = recipe.out / "solvers" / f"m{row['n_bits']}-rank{est.rank}.joblib"
+        path = recipe.out / "solvers" / f"m{row['n_bits']}-rank{est.rank}.safetensors"
         path.parent.mkdir(parents=True, exist_ok=True)
-        joblib.dump(est, path)
-        est = joblib.load(path)
+        est = load_estimator(save_estimator(est, path))
     cap, step, n = recipe.cfg["verify_max_sequences"], 1 << 16, len(family)
     rows = (slice(a, a + step) for a in range(0, n, step))  # compact slices: bounded memory
     if cap is not None and n > cap:
@@ -290,7 +287,7 @@ def exact_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progres
         size finishes), ``summary.md``, ``length.csv``, ``results.csv`` (the trained
         fits), ``transition.csv``, ``growth.csv``, ``exact.png``, per size
         ``m{m}/family.npz`` and ``m{m}/certificate.json.gz``, and
-        ``solvers/m{m}-rank{r}.joblib``. A size already in ``summary.csv`` with its
+        ``solvers/m{m}-rank{r}.safetensors``. A size already in ``summary.csv`` with its
         files present is not measured again; fits go to ``out/runs``. None keeps
         everything in memory.
     n_jobs, devices, progress, figures, ensemble

@@ -19,7 +19,7 @@ import pandas as pd
 from sklearn.utils import Bunch
 
 from ..datasets import make_full_task
-from ..estimators import KernelAttentionRegressor
+from ..estimators import KernelAttentionRegressor, load_estimator, save_estimator
 from ..metrics import within_tolerance
 from ..theory import (
     Certificate,
@@ -170,7 +170,7 @@ def _candidates(recipe, task, m, lower):
 
 def _upper(recipe, task, m, recs):
     """The smallest candidate that solves every ordered sequence (checked in order of
-    rank), saved to ``solvers/m{m}-rank{r}.joblib``."""
+    rank), saved to ``solvers/m{m}-rank{r}.safetensors``."""
     for rec in recs:
         ceiling = rec["method"] == "R3 ceiling"
         if not rec["solved"] or (rec["estimator"] is None and not ceiling):
@@ -178,12 +178,9 @@ def _upper(recipe, task, m, recs):
         est = ceiling_head(m) if ceiling else rec["estimator"]
         path = None
         if recipe.out is not None:
-            import joblib
-
-            path = recipe.out / "solvers" / f"m{m}-rank{rec['rank']}.joblib"
+            path = recipe.out / "solvers" / f"m{m}-rank{rec['rank']}.safetensors"
             path.parent.mkdir(parents=True, exist_ok=True)
-            joblib.dump(est, path)
-            est = joblib.load(path)
+            est = load_estimator(save_estimator(est, path))
             path = str(path.relative_to(recipe.out))
         err = verify_ordered(est, task.tokens, chunk=recipe.cfg["verify_chunk"])
         rec["ordered_max_error"] = err
@@ -334,7 +331,7 @@ def full_task_experiment(*, quick=True, out=None, n_jobs=None, devices=None, pro
         (bits of rank per bit of token of each bound, least squares with a 95%
         t-interval, over the sizes above 8 bits), per size ``m{m}/certificate.json``
         and ``m{m}/overlap_kernel.json`` (the overlap kernel's exact weights, fractions
-        as ``"p/q"`` strings), and up to 8 bits ``solvers/m{m}-rank{r}.joblib``. A
+        as ``"p/q"`` strings), and up to 8 bits ``solvers/m{m}-rank{r}.safetensors``. A
         size already in ``summary.csv`` with its files present and the same settings
         is not measured again; trained fits go to ``out/runs``. None keeps everything
         in memory.

@@ -42,7 +42,7 @@ from sklearn.utils import Bunch
 
 from .._validation import distinct_tokens
 from ..datasets import make_witness_suite
-from ..estimators import SoftmaxAttentionRegressor
+from ..estimators import SoftmaxAttentionRegressor, load_estimator, save_estimator
 from ..metrics import solves, verify_solver
 from ..theory import bound_table, certify
 from ._scaling_report import (
@@ -117,7 +117,7 @@ def scaling_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progr
     all ``seeds`` holding a control fit at ``certified - 1`` and the rank just below
     the construction's); the constructive rank; and dense
     softmax heads with ``score_dim = m`` over ``softmax_seeds``. The verified head at
-    the smallest rank is saved as ``solvers/m{m}-rank{r}.joblib``, reloaded, and checked
+    the smallest rank is saved as ``solvers/m{m}-rank{r}.safetensors``, reloaded, and checked
     again (float64, :func:`~minip_learn.metrics.verify_solver`) before it is reported.
 
     Parameters
@@ -389,12 +389,10 @@ def _smallest_solver(out, suite, m, construction, training):
         failed = largest_below([t_lo, construction.failed_below], upper)
         solver_err = verify_solver(solver, suite.X, suite.y)
         if out is not None:
-            import joblib
-
-            solver_path = out / "solvers" / f"m{m}-rank{upper}.joblib"
+            solver_path = out / "solvers" / f"m{m}-rank{upper}.safetensors"
             solver_path.parent.mkdir(parents=True, exist_ok=True)
-            joblib.dump(solver, solver_path)
-            solver_err = verify_solver(joblib.load(solver_path), suite.X, suite.y)
+            save_estimator(solver, solver_path)
+            solver_err = verify_solver(load_estimator(solver_path), suite.X, suite.y)
         if not solves(solver_err):
             upper = failed = route = None
     return dict(

@@ -7,8 +7,10 @@ A run folder ``<out>/<name>-<config id>`` holds
 * ``fit-<fit_id>.json`` -- one record per finished fit, stamped with the same
   ``config_id`` and version, written atomically (a record exists complete or not at
   all);
-* ``est-<fit_id>.joblib`` -- the fitted estimator, when saved; its SHA-256 is in the
-  record, and it is loaded only through a record of this configuration;
+* ``est-<fit_id>.safetensors`` -- the fitted estimator, when saved
+  (:func:`~minip_learn.estimators.save_estimator`: parameters as JSON, weights as
+  safetensors; loading it runs no code from the file); its SHA-256 is in the record,
+  and it is loaded only through a record of this configuration;
 * ``.locks/`` -- one lock file per fit being computed (:class:`filelock.FileLock`): two
   sweeps writing into one folder at once claim each fit once and share the work;
 * ``corrupt/`` and ``foreign/`` -- files moved aside: records or estimators that cannot
@@ -32,11 +34,10 @@ import time
 import warnings
 from pathlib import Path
 
-import joblib
-
 from .._io import HOST_TAG as _HOST_TAG
 from .._io import TMP_PREFIX as _TMP_PREFIX
 from .._io import write_atomic
+from ..estimators import load_estimator, save_estimator
 from ._records import (
     KEYED_FIELDS,
     RECORD_FIELDS,
@@ -63,6 +64,9 @@ __all__ = ["KeyedStore", "ResultsFolderWarning", "check_writable", "load_sweep"]
 
 _FIT_PREFIX = "fit-"
 _EST_PREFIX = "est-"
+_EST_SUFFIX = ".safetensors"
+#: the suffix of the estimators that earlier versions pickled: never loaded
+_PICKLE_SUFFIX = ".joblib"
 _LOCKS = ".locks"
 _CORRUPT = "corrupt"
 _FOREIGN = "foreign"
@@ -95,10 +99,6 @@ def _write_json_atomic(path, obj):
             os.fsync(fh.fileno())
 
     write_atomic(path, write)
-
-
-def _dump_atomic(path, obj):
-    write_atomic(path, lambda tmp: joblib.dump(obj, tmp))
 
 
 def _remove_stale_temporaries(folder):
@@ -256,7 +256,7 @@ class RunFolder:
         return self.path / f"{_FIT_PREFIX}{key}.json"
 
     def estimator_path(self, key):
-        return self.path / f"{_EST_PREFIX}{key}.joblib"
+        return self.path / f"{_EST_PREFIX}{key}{_EST_SUFFIX}"
 
     def read_record(self, key):
         """The record of fit ``key``, or None (a bad or foreign one is moved aside).
@@ -319,14 +319,20 @@ class RunFolder:
     def load_estimator(self, row):
         """The saved estimator of a record, or None when there is none or it is unusable.
 
-        Only a file whose SHA-256 matches the record's is loaded (:func:`joblib.load`
-        runs code from the file: it is trusted as this folder's own); a file that does
-        not match or cannot be loaded is moved to ``corrupt/`` with the record.
+        Only a file whose SHA-256 matches the record's is loaded, by
+        :func:`~minip_learn.estimators.load_estimator` (which runs no code from the
+        file); a file that does not match or cannot be loaded is moved to ``corrupt/``
+        with the record. A pickled estimator of an earlier version is never loaded: it
+        is moved to ``corrupt/`` with its record, and the fit is computed again.
         """
         key = row[self.key_field]
         path = self.estimator_path(key)
         expected = row.get("estimator_sha256")
         if expected is None or not path.exists():
+            pickled = path.with_suffix(_PICKLE_SUFFIX)
+            if expected is not None and pickled.exists():
+                self.move_aside(pickled, _CORRUPT,
+                                "a pickle, which this version of the library never loads")
             if expected is not None:
                 self.move_aside(self.record_path(key), _CORRUPT,
                                 f"its saved estimator {path.name} is missing")
@@ -334,8 +340,8 @@ class RunFolder:
         try:
             if file_sha256(path) != expected:
                 raise ValueError("the file is not the one its record was written with")
-            return joblib.load(path)
-        except Exception as exc:  # noqa: BLE001 - any unpickling error means unusable
+            return load_estimator(path)
+        except Exception as exc:  # noqa: BLE001 - any loading error means unusable
             self.move_aside(path, _CORRUPT, f"cannot be loaded ({_short(exc)})")
             self.move_aside(self.record_path(key), _CORRUPT,
                             f"its saved estimator {path.name} cannot be loaded")
@@ -373,7 +379,7 @@ class RunFolder:
                              f"folder would read back: {problem}.")
         if estimator is not None:
             path = self.estimator_path(key)
-            _dump_atomic(path, estimator)
+            save_estimator(estimator, path)
             record["estimator_sha256"] = file_sha256(path)
         _write_json_atomic(self.record_path(key), record)
 
@@ -417,7 +423,7 @@ class RunFolder:
 
 class _KeyedFolder(RunFolder):
     """A run folder shared by the results of many configurations, without
-    ``config.json``: a record is ``<stem>.json`` and an estimator ``<stem>.joblib``,
+    ``config.json``: a record is ``<stem>.json`` and an estimator ``<stem>.safetensors``,
     each stem a key followed by its configuration's ``config_id``."""
 
     key_field = "key"
@@ -426,7 +432,7 @@ class _KeyedFolder(RunFolder):
         return self.path / f"{key}.json"
 
     def estimator_path(self, key):
-        return self.path / f"{key}.joblib"
+        return self.path / f"{key}{_EST_SUFFIX}"
 
     def _fit_row(self, record):
         return {k: v for k, v in record.items()
@@ -442,7 +448,7 @@ class KeyedStore:
 
     A result is a row (a dict of JSON values) and an optional fitted estimator. In
     ``folder`` each key has ``<key>-<tag>.json`` (the row, stamped with ``tag`` and the
-    library version) and, with an estimator, ``<key>-<tag>.joblib`` (its SHA-256 in the
+    library version) and, with an estimator, ``<key>-<tag>.safetensors`` (its SHA-256 in the
     row), written and checked as the records and estimators of a run folder (see
     :ref:`results-folders`): written atomically, computed under a lock per key (two
     processes on one folder compute a key once), files of another library version or

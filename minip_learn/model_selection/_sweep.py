@@ -434,13 +434,14 @@ def rank_sweep(
         Constant columns added to every row (e.g. ``{"model": "kernel"}``).
     return_estimators : bool, default=False
         Also return the fitted estimators: those computed in this call, and those of
-        resumed fits that were saved with ``save_estimators=True``. Loading a saved
-        estimator runs :func:`joblib.load`, which can execute code from the file: only
-        files whose SHA-256 matches the record this configuration wrote are loaded, and
-        a results folder must be trusted as much as a script.
+        resumed fits that were saved with ``save_estimators=True``. A saved estimator
+        is loaded only when its SHA-256 matches the record this configuration wrote,
+        by :func:`~minip_learn.estimators.load_estimator`, which runs no code from the
+        file.
     save_estimators : bool, default=False
-        With ``out``, also store each fitted estimator (:func:`joblib.dump`, file
-        ``est-<fit_id>.joblib``, written before the fit's row, which records its
+        With ``out``, also store each fitted estimator
+        (:func:`~minip_learn.estimators.save_estimator`, file
+        ``est-<fit_id>.safetensors``, written before the fit's row, which records its
         SHA-256). With ``return_estimators`` too, a resumed fit whose estimator is
         missing or cannot be loaded is fitted again.
     progress : bool, default=True

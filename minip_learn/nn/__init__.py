@@ -8,6 +8,7 @@ from . import (
     attention,
     literature_maps,  # noqa: F401  (registers hedgehog, dpfp, rebased, t2r)
 )
+from ._registry import init_arguments
 from .ensemble import HeadEnsemble
 from .feature_maps import (
     FeatureMap,
@@ -64,6 +65,7 @@ __all__ = [
     "feature_map_table",
     "get_feature_map",
     "get_mixer",
+    "init_arguments",
     "make_feature_map",
     "make_mixer",
     "minip_partners",

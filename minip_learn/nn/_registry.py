@@ -8,13 +8,18 @@ which is wrapped in the registry's user class. The public functions of
 (``register_*``, ``available_*``, ``*_table``, ``get_*``, ``make_*``) are its methods,
 and the parts of their docstrings that read the same for every registry are written
 once here (:data:`DOC_BLOCKS`, :meth:`Registry.document`). A user's module is held by
-the user class through :class:`UserModule`.
+the user class through :class:`UserModule`. The library's heads and mixers record the
+arguments they were built with (:class:`RecordsArguments`), from which a saved model is
+built again without running code from its file.
 """
+
+import functools
+import inspect
 
 import torch
 from torch import nn
 
-__all__ = ["DOC_BLOCKS", "Registry", "UserModule"]
+__all__ = ["DOC_BLOCKS", "RecordsArguments", "Registry", "UserModule", "init_arguments"]
 
 #: Docstring blocks shared by the registries' public functions and user classes:
 #: ``%(key)s`` in a docstring completed by :meth:`Registry.document` becomes the block,
@@ -252,3 +257,51 @@ class UserModule:
 
     def forward(self, x):
         return self.module(x)
+
+
+@functools.cache
+def _init_signature(cls):
+    return inspect.signature(cls.__init__)
+
+
+class RecordsArguments:
+    """Mixin of the modules that record the keyword arguments they were built with.
+
+    ``cls(*args, **kwargs)`` keeps ``{name: value}`` of ``cls.__init__``'s parameters
+    (positional ones by name, the contents of ``**kwargs`` spread out) on the instance;
+    :func:`init_arguments` reads them. ``type(m)(**init_arguments(m))`` builds a module
+    of the same architecture, into which ``m.state_dict()`` loads. A copy
+    (``copy.deepcopy``) keeps them; an instance restored from a pickle made before
+    modules recorded them has none.
+    """
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls)
+        if args or kwargs:  # a copy or an unpickled module is made without arguments
+            bound = _init_signature(cls).bind(None, *args, **kwargs)
+            arguments = {}
+            for name, value in list(bound.arguments.items())[1:]:
+                kind = bound.signature.parameters[name].kind
+                if kind is inspect.Parameter.VAR_KEYWORD:
+                    arguments.update(value)
+                elif kind is inspect.Parameter.VAR_POSITIONAL:
+                    arguments[name] = tuple(value)
+                else:
+                    arguments[name] = value
+            object.__setattr__(self, "_init_arguments", arguments)
+        return self
+
+
+def init_arguments(module):
+    """The keyword arguments ``module`` was built with, or None when it did not record
+    them (not a :class:`RecordsArguments` module, or restored from an old pickle).
+
+    Examples
+    --------
+    >>> from minip_learn.nn import KernelAttentionHead
+    >>> from minip_learn.nn import init_arguments
+    >>> init_arguments(KernelAttentionHead(6, 2, feature_map="exp"))
+    {'n_bits': 6, 'rank': 2, 'feature_map': 'exp'}
+    """
+    arguments = module.__dict__.get("_init_arguments")
+    return None if arguments is None else dict(arguments)

@@ -32,13 +32,14 @@ from torch import nn
 
 from .._validation import distinct_tokens
 from . import attention
+from ._registry import RecordsArguments
 from .feature_maps import get_feature_map, make_feature_map
 from .readout import AffineReadout, ValueMap
 
 __all__ = ["AffineReadout", "KernelAttentionHead", "SoftmaxAttentionHead", "ValueMap"]
 
 
-class _Head(nn.Module):
+class _Head(RecordsArguments, nn.Module):
     def __init__(self, n_bits, value_dim):
         super().__init__()
         self.n_bits = n_bits

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from .._validation import check_params
+from ._registry import RecordsArguments
 from .attention import affine_readout
 from .feature_maps import get_feature_map
 from .heads import KernelAttentionHead
@@ -96,7 +97,7 @@ class _AffineClassReadout(nn.Module):
         return affine_readout(w, self.bias(x), u.unsqueeze(-2))
 
 
-class KernelAttentionModel(nn.Module):
+class KernelAttentionModel(RecordsArguments, nn.Module):
     """Several kernel-attention heads and layers, with an affine or MLP readout.
 
     Layer ``l`` runs ``n_heads`` normalised kernel heads (each a

@@ -1,9 +1,9 @@
-"""Saved estimators outlive versions: every pickle records the minip_learn version that
-saved it; loading fills the hyperparameters added since with their defaults and warns
-(MinIPVersionWarning) when the versions differ or something was filled.
-
-The estimators committed under ``docs/`` were saved before versions were recorded and
-before ``check_every`` existed: they load, repr, clone and predict.
+"""Saved estimators outlive versions: the estimators committed under ``docs/``
+(``save_estimator`` files) load, print, clone and predict, and tell a later version
+which version saved them. A pickle a user makes records the minip_learn version that
+saved it too; loading fills the hyperparameters added since with their defaults and
+warns (MinIPVersionWarning) when the versions differ or something was filled. The
+same for a saved file: tests/estimators/test_saving.py.
 """
 
 import pickle
@@ -14,7 +14,7 @@ from pathlib import Path
 import joblib
 import numpy as np
 import pytest
-from sklearn.base import BaseEstimator, clone
+from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted
 
@@ -26,16 +26,16 @@ from minip_learn import (
     SoftmaxAttentionRegressor,
 )
 from minip_learn.datasets import make_minip
-from minip_learn.estimators import MinIPVersionWarning
+from minip_learn.estimators import MinIPVersionWarning, load_estimator
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _committed_joblib_files():
-    """The ``.joblib`` files under ``docs/`` that the repository holds: a recipe rerun
+def _committed_files():
+    """The saved estimators under ``docs/`` that the repository holds: a recipe rerun
     into ``docs/_static`` (``reproduce docs-artifacts``) also writes fits that git
     ignores, saved by the running version."""
-    found = sorted(ROOT.glob("docs/**/*.joblib"))
+    found = sorted(ROOT.glob("docs/**/*.safetensors"))
     try:
         listed = subprocess.run(["git", "ls-files", "-z", "docs"], cwd=ROOT, check=True,
                                 capture_output=True).stdout.decode().split("\0")
@@ -45,7 +45,7 @@ def _committed_joblib_files():
     return [path for path in found if path in tracked]
 
 
-COMMITTED = _committed_joblib_files()
+COMMITTED = _committed_files()
 VERSION_KEY = "_minip_learn_version"
 FAST = dict(max_epochs=5, random_state=0)
 ESTIMATORS = {
@@ -56,18 +56,6 @@ ESTIMATORS = {
     "softmax": lambda: SoftmaxAttentionRegressor(check_every=3, **FAST),
     "mixer": lambda: SequenceMixerRegressor(state_size=2, check_every=3, **FAST),
 }
-
-
-def _estimators_in(obj):
-    """The estimators a loaded file holds: the object itself, or those inside a dict,
-    list or tuple."""
-    if isinstance(obj, BaseEstimator):
-        return [obj]
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, list | tuple):
-        return [est for item in obj for est in _estimators_in(item)]
-    return []
 
 
 def _version_warnings(caught):
@@ -84,63 +72,37 @@ def _small_input(est, rng):
 
 
 def test_the_docs_hold_saved_estimators():
-    # the test below is parametrised over these: it must not silently test nothing,
-    # and some were saved before versions were recorded (the exact recipe's solvers)
+    # the test below is parametrised over these: it must not silently test nothing
     assert len(COMMITTED) >= 9
     assert any("exact/solvers" in path.as_posix() for path in COMMITTED)
+    assert not list(ROOT.glob("docs/**/*.joblib")), "the library saves no pickles"
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.relative_to(ROOT).as_posix())
-def test_committed_estimator_loads_fills_and_warns(path, rng, monkeypatch):
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        obj = joblib.load(path)
-    ests = _estimators_in(obj)
-    if not ests:
-        pytest.skip(f"holds a {type(obj).__name__}, no estimator")
-    found = _version_warnings(caught)
-    if not found:
-        # saved by the running version: a later version is told which one it was
-        monkeypatch.setattr(minip_learn, "__version__", "999.0")
-        with warnings.catch_warnings(record=True) as later:
-            warnings.simplefilter("always")
-            joblib.load(path)
-        monkeypatch.undo()
-        assert [(w.saved_version, w.current_version, w.filled)
-                for w in _version_warnings(later)] == \
-            [(minip_learn.__version__, "999.0", {})] * len(ests)
-        for est in ests:
-            X = _small_input(est, rng)
-            assert np.isfinite(est.predict(X)).all() and type(est).__name__ in repr(est)
-            assert clone(est).get_params().keys() == est.get_params().keys()
-        return
-    # saved before versions were recorded, and before check_every existed
-    assert len(found) == len(ests)
-    for w in found:
-        assert w.saved_version is None
-        assert w.current_version == minip_learn.__version__
-        assert "check_every" in w.filled
-        assert "an unrecorded earlier version" in str(w)
-        assert f"minip_learn {minip_learn.__version__}" in str(w)
-    for est in ests:
-        X = _small_input(est, rng)
-        before = est.predict(X)
-        expected = (3,) if getattr(est, "query_", "all") == "last" else (3, 4)
-        assert before.shape == expected and np.isfinite(before).all()
-        assert type(est).__name__ in repr(est)
-        params = est.get_params()
-        assert params["check_every"] == 1
-        copy = clone(est)
-        assert copy.get_params().keys() == params.keys()
-        with pytest.raises(NotFittedError):
-            check_is_fitted(copy)
-        assert est.set_params(**params) is est
-        np.testing.assert_array_equal(est.predict(X), before)
-        # the fitted net was saved before its settings query and check_every existed:
-        # it behaves as it did then (every position, a check every epoch)
-        net = est.net_
-        assert (net.query, net.check_every) == ("all", 1)
-        assert net.get_params()["check_every"] == 1 and "MinIPNet" in repr(net)
+def test_committed_estimator_loads_prints_clones_and_predicts(path, rng, monkeypatch):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MinIPVersionWarning)
+        est = load_estimator(path)  # saved by the running version: silent
+    X = _small_input(est, rng)
+    before = est.predict(X)
+    expected = (3,) if getattr(est, "query_", "all") == "last" else (3, 4)
+    assert before.shape == expected and np.isfinite(before).all()
+    assert type(est).__name__ in repr(est)
+    params = est.get_params()
+    copy = clone(est)
+    assert copy.get_params().keys() == params.keys()
+    with pytest.raises(NotFittedError):
+        check_is_fitted(copy)
+    assert est.set_params(**params) is est
+    np.testing.assert_array_equal(est.predict(X), before)
+    # a later version is told which version saved the file
+    monkeypatch.setattr(minip_learn, "__version__", "999.0")
+    with pytest.warns(MinIPVersionWarning) as later:
+        again = load_estimator(path)
+    monkeypatch.undo()
+    assert [(w.saved_version, w.current_version, w.filled)
+            for w in _version_warnings(later)] == [(minip_learn.__version__, "999.0", {})]
+    np.testing.assert_array_equal(again.predict(X), before)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 
 import json
 
-import joblib
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,6 +10,7 @@ from minip_learn.cli import build_parser, main
 from minip_learn.compact import CompactFamily, load_family
 from minip_learn.constructions import exact_kernel_realization
 from minip_learn.datasets import make_witness_suite, minip_targets
+from minip_learn.estimators import load_estimator
 from minip_learn.experiments import EXPERIMENTS, SETTINGS, exact, exact_experiment
 from minip_learn.metrics import verify_solver
 from minip_learn.theory import complement_closed_code, exact_family, exact_seq_len
@@ -99,8 +99,8 @@ def test_length_curves_never_fall_and_meet(tiny_run):
 def test_solver_loads_and_solves(tiny_run):
     out, res, _, _ = tiny_run
     row = res.summary.iloc[0]
-    assert row.solver == "solvers/m8-rank14.joblib"
-    est = joblib.load(out / row.solver)
+    assert row.solver == "solvers/m8-rank14.safetensors"
+    est = load_estimator(out / row.solver)
     family = load_family(out / row.family)
     X = family.to_sequences()
     assert est.rank == 14

@@ -2,7 +2,6 @@
 
 import json
 
-import joblib
 import numpy as np
 import pandas as pd
 
@@ -10,6 +9,7 @@ from minip_learn import KernelAttentionRegressor
 from minip_learn.cli import build_parser
 from minip_learn.constructions import rank_one_head
 from minip_learn.datasets import make_full_task
+from minip_learn.estimators import load_estimator
 from minip_learn.experiments import EXPERIMENTS, SETTINGS, full_task, full_task_experiment
 from minip_learn.experiments._full_task_solvers import key_weight_head, verify_ordered
 from minip_learn.model_selection import rank_sweep
@@ -33,7 +33,7 @@ def test_recipe_bounds_r_star_and_resumes(tmp_path):
     assert s["exact"].all() and all(res.checks.values()), res.checks
     assert (s["n_ordered_sequences"] == [64, 512, 4096]).all()
     for _, row in s.iterrows():
-        est = joblib.load(tmp_path / row["solver"])
+        est = load_estimator(tmp_path / row["solver"])
         assert est.rank == row["smallest_solving_rank"]
         assert verify_ordered(est, full_task_tokens(row["n_bits"])) < 0.5
         cert = json.loads((tmp_path / row["certificate"]).read_text())

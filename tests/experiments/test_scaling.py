@@ -5,7 +5,6 @@ import math
 from collections import Counter
 from fractions import Fraction
 
-import joblib
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +12,7 @@ import torch
 
 from minip_learn.constructions import factorized_kernel_head
 from minip_learn.datasets import make_witness_suite, minip_targets
+from minip_learn.estimators import load_estimator
 from minip_learn.experiments import (
     growth_fit,
     run_experiment,
@@ -139,8 +139,9 @@ def test_saved_solvers_verify_in_float64(tiny_run):
     out, res, _ = tiny_run
     for _, row in res.summary.iterrows():
         path = out / row["solver"]
-        assert path.name == f"m{row['n_bits']}-rank{row['smallest_solving_rank']}.joblib"
-        est = joblib.load(path)
+        assert path.name == (f"m{row['n_bits']}-rank{row['smallest_solving_rank']}"
+                             ".safetensors")
+        est = load_estimator(path)
         assert est.rank == row["smallest_solving_rank"]
         suite = make_witness_suite(**json.loads(row["suite_params"]))
         p = est.predict(suite.X)

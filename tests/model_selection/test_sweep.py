@@ -1,5 +1,6 @@
 """Tests of the rank/seed sweep: results, summary, resume, parallel backends, devices."""
 
+import hashlib
 import json
 import os
 import signal
@@ -356,12 +357,17 @@ def test_rows_on_disk_are_json(tmp_path, data):
     assert Path(f).name == f"fit-{row['fit_id']}.json"
 
 
+def _small_head():
+    return KernelAttentionRegressor(max_epochs=2)
+
+
 def test_save_and_return_estimators(tmp_path, data):
     X, y = data
     kw = dict(ranks=[2, 4], seeds=[0], out=tmp_path, progress=False)
-    res = rank_sweep(MemorizingRegressor(), X, y, save_estimators=True, **kw)
-    assert len(list(res.path.glob("est-*.joblib"))) == 2 and not hasattr(res, "estimators")
-    again = rank_sweep(MemorizingRegressor(), X, y, return_estimators=True, **kw)
+    res = rank_sweep(_small_head(), X, y, save_estimators=True, **kw)
+    assert len(list(res.path.glob("est-*.safetensors"))) == 2
+    assert not list(res.path.glob("est-*.joblib")) and not hasattr(res, "estimators")
+    again = rank_sweep(_small_head(), X, y, return_estimators=True, **kw)
     assert again.n_computed == 0 and set(again.estimators) == set(res.results["fit_id"])
     est = again.estimators[res.results["fit_id"][1]]
     assert est.rank == 4 and est.predict(X).shape == y.shape
@@ -378,7 +384,8 @@ def _sweep_into(out, data, **kw):
     X, y = data
     kw.setdefault("ranks", [2, 4])
     kw.setdefault("seeds", [0, 1])
-    return rank_sweep(MemorizingRegressor(), X, y, out=out, progress=False, **kw)
+    est = kw.pop("estimator", None) or MemorizingRegressor()
+    return rank_sweep(est, X, y, out=out, progress=False, **kw)
 
 
 def _only_warning(record):
@@ -464,13 +471,13 @@ def test_unreadable_or_foreign_estimator_is_not_loaded_but_refitted(tmp_path, da
     import joblib
 
     kw = dict(ranks=[2, 4], seeds=[0], save_estimators=True, return_estimators=True)
-    res = _sweep_into(tmp_path, data, **kw)
-    broken, swapped = sorted(res.path.glob("est-*.joblib"))
+    res = _sweep_into(tmp_path, data, estimator=_small_head(), **kw)
+    broken, swapped = sorted(res.path.glob("est-*.safetensors"))
     broken.write_bytes(broken.read_bytes()[:20])  # cut in half
     marker = tmp_path / "marker"
     joblib.dump(_Trap(marker), swapped)  # a file this sweep did not write
     with pytest.warns(ResultsFolderWarning) as record:
-        again = _sweep_into(tmp_path, data, **kw)
+        again = _sweep_into(tmp_path, data, estimator=_small_head(), **kw)
     messages = [str(w.message) for w in record]
     assert any(str(broken) in m and "cannot be loaded" in m for m in messages)
     assert any(str(swapped) in m and "not the one its record was written with" in m
@@ -479,8 +486,38 @@ def test_unreadable_or_foreign_estimator_is_not_loaded_but_refitted(tmp_path, da
     assert again.n_computed == 2 and len(again.estimators) == 2
     assert all(e.predict(data[0]).shape == data[1].shape for e in again.estimators.values())
     assert len(list((res.path / "corrupt").glob("est-*"))) == 2
-    third = _sweep_into(tmp_path, data, **kw)
+    third = _sweep_into(tmp_path, data, estimator=_small_head(), **kw)
     assert third.n_computed == 0 and len(third.estimators) == 2
+
+
+def test_a_forged_record_of_a_pickle_is_moved_aside_and_refitted(tmp_path, data):
+    """An earlier version's pickled estimator, its record's SHA-256 forged to match:
+    never unpickled, moved aside with the record, the fit computed again."""
+    import joblib
+
+    kw = dict(ranks=[2], seeds=[0], save_estimators=True, return_estimators=True)
+    res = _sweep_into(tmp_path, data, estimator=_small_head(), **kw)
+    (saved,) = res.path.glob("est-*.safetensors")
+    (record,) = res.path.glob("fit-*.json")
+    marker = tmp_path / "marker"
+    pickled = saved.with_suffix(".joblib")
+    joblib.dump(_Trap(marker), pickled)
+    saved.unlink()
+    row = json.loads(record.read_text())
+    row["estimator_sha256"] = hashlib.sha256(pickled.read_bytes()).hexdigest()
+    record.write_text(json.dumps(row))
+    with pytest.warns(ResultsFolderWarning) as caught:
+        again = _sweep_into(tmp_path, data, estimator=_small_head(), **kw)
+    messages = [str(w.message) for w in caught]
+    assert any(str(pickled) in m and "a pickle" in m for m in messages)
+    assert not marker.exists()  # never unpickled
+    assert again.n_computed == 1 and len(again.estimators) == 1
+    assert (res.path / "corrupt" / pickled.name).exists()
+
+
+def test_saving_an_estimator_of_another_library_is_refused(tmp_path, data):
+    with pytest.raises(ValueError, match="MemorizingRegressor"):
+        _sweep_into(tmp_path, data, ranks=[2], seeds=[0], save_estimators=True)
 
 
 _SHARE_SCRIPT = _KILL_SCRIPT.replace(
@@ -602,14 +639,14 @@ def test_keyed_store_resumes_by_key_configuration_and_data(tmp_path, data):
             return {"value": value, "error": float("inf")}, est
         return run
 
-    est = MemorizingRegressor(rank=3).fit(X, y)
+    est = KernelAttentionRegressor(rank=3, max_epochs=1).fit(X, y)
     store = KeyedStore(tmp_path, {"steps": 2}, X, y)
     assert store.fetch("a", compute(1, est))[1] is est
     assert store.fetch("a", compute(99)) == ({"value": 1, "error": float("inf")}, est)
     assert store.fetch("b", compute(2)) == ({"value": 2, "error": float("inf")}, None)
     assert (store.n_computed, store.n_resumed, calls) == (2, 0, [1, 2])
     assert sorted(p.name for p in tmp_path.glob("*-*")) == [
-        f"a-{store.tag}.joblib", f"a-{store.tag}.json", f"b-{store.tag}.json"]
+        f"a-{store.tag}.json", f"a-{store.tag}.safetensors", f"b-{store.tag}.json"]
     # a rerun reads both from disk: rows without the file fields, the estimator loaded
     rerun = KeyedStore(tmp_path, {"steps": 2}, X, y)
     row, loaded = rerun.fetch("a", compute(99))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .._registry import Registry, UserModule
+from .._registry import RecordsArguments, Registry, UserModule
 from ..ops.tokens import distinct_token_index
 from ..readout import AffineReadout, ValueMap
 
@@ -94,7 +94,7 @@ class _TheoremDeclaration:
             f"({type(obj).theorem!r}); an instance cannot set it")
 
 
-class Mixer(nn.Module):
+class Mixer(RecordsArguments, nn.Module):
     """Base class of the mixers: ``y_i = rho_{x_i}(u_i)`` for a causal ``u``.
 
     A subclass computes the mixed vectors ``u`` of shape (batch, seq_len, value_dim) in
