@@ -163,7 +163,8 @@ def verify_solver(estimator, X, y):
     Parameters
     ----------
     estimator : fitted estimator
-        A regressor with ``predict`` (e.g. loaded with :func:`joblib.load`).
+        A regressor with ``predict`` (e.g. loaded with
+        :func:`~minip_learn.estimators.load_estimator`).
     X : array-like of shape (n_samples, seq_len, n_bits)
     y : array-like of shape (n_samples, seq_len) or (n_samples,)
         Targets; (n_samples,) for final-query targets (the estimator then predicts

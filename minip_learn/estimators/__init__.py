@@ -11,27 +11,20 @@ classmethod ``from_module``.
 
 Persistence
 -----------
-``pickle`` and ``joblib.dump``/``joblib.load`` store the whole fitted estimator
-(hyperparameters, fitted attributes such as ``n_bits_`` and ``vocabulary_``, the trained
-head, the optimizer state and the history) and give bitwise-identical predictions after
-loading. A model fitted on a GPU loads on a CPU-only machine: skorch maps its tensors
-to the CPU (with a ``skorch.exceptions.DeviceWarning``) and predictions run there; the
-``device`` hyperparameter keeps its fitted value, so refit there with
-``set_params(device="cpu")``.
+:func:`save_estimator` keeps a fitted estimator in one file, parameters as JSON and
+weights as safetensors, and :func:`load_estimator` reads it back without running code
+from the file (the head is rebuilt from the arguments it recorded; see the user guide's
+"Saving and loading a fitted model"). Predictions after loading are bitwise identical;
+a model fitted on a GPU loads on a CPU-only machine (``device="cpu"``, with a warning).
+An estimator saved by another version loads with the hyperparameters its class gained
+since set to their defaults, and with a :class:`MinIPVersionWarning` naming both
+versions and those hyperparameters; refit it, or save it again with this version.
 
-Every pickle records the minip_learn version that saved it. An estimator saved by
-another version loads with the hyperparameters its class gained since set to their
-defaults, and with a :class:`MinIPVersionWarning` naming both versions and those
-hyperparameters; refit it, or save it again with this version.
-
-skorch's ``est.net_.save_params(f_params=...)`` / ``load_params`` store only torch
-state (module weights and, if asked, optimizer, criterion and history). They do **not**
-store the estimator's hyperparameters, its fitted attributes (``n_bits_``,
-``seq_len_``, ``vocabulary_``, ``solved_``, ``train_max_error_``, ``n_epochs_``) or the
-architecture: to load them, build an estimator with the same hyperparameters, fit it
-on data with the same ``n_bits`` (and, for ``feature_map="table"``, the same
-vocabulary; ``max_epochs=1`` is enough) and then call ``est.net_.load_params``. Prefer
-pickle/joblib for a complete round trip.
+The estimators also pickle (scikit-learn's convention; the pickle records the version
+that saved it and fills hyperparameters on loading the same way), but loading a pickle
+runs code from its file, and the library itself never writes or reads one. skorch's
+``est.net_.save_params(f_params=...)`` / ``load_params`` store only torch state, not the
+hyperparameters, the fitted attributes or the architecture.
 """
 
 from ._base import PREDICT_CHUNK_BYTES

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors.torch import load as _load_tensors
-from safetensors.torch import save as _save_tensors
+from safetensors.torch import save_file as _save_file
 
 from .._io import write_atomic
 from ..nn import (
@@ -98,7 +98,7 @@ class _Encoder:
                     "dtype": value.dtype.str}
         if isinstance(value, (np.ndarray, torch.Tensor)):
             name = f"{_ARRAY_PREFIX}{len(self.tensors)}"
-            tensor = torch.as_tensor(value).detach().cpu().clone().contiguous()
+            tensor = torch.as_tensor(value).detach().cpu().contiguous()
             self.tensors[name] = tensor
             return {"array": name, "numpy": isinstance(value, np.ndarray)}
         if isinstance(value, tuple):
@@ -136,8 +136,20 @@ def _digest(content, tensors):
     for name in sorted(tensors):
         t = tensors[name]
         h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())
     return h.hexdigest()
+
+
+def _unshared(tensors):
+    """``tensors`` with a copy of each one whose memory another one shares (safetensors
+    stores every tensor on its own: a tied pair, e.g. ``shared_features``, is stored
+    twice and tied again by the head built on loading)."""
+    seen, out = set(), {}
+    for name, tensor in tensors.items():
+        storage = (tensor.untyped_storage().data_ptr(), tensor.device)
+        out[name] = tensor.clone() if storage in seen else tensor
+        seen.add(storage)
+    return out
 
 
 def _history(net):
@@ -183,12 +195,12 @@ def save_estimator(estimator, path):
     --------
     >>> import tempfile, pathlib
     >>> from minip_learn import KernelAttentionRegressor
-    >>> from minip_learn.datasets import load_witness_family
+    >>> from minip_learn.datasets import make_minip
     >>> from minip_learn.estimators import load_estimator, save_estimator
-    >>> X, y = load_witness_family(4, return_X_y=True)
+    >>> X, y = make_minip(16, seq_len=3, n_bits=4, random_state=0)
     >>> est = KernelAttentionRegressor(rank=4, max_epochs=5, random_state=0).fit(X, y)
     >>> path = save_estimator(est, pathlib.Path(tempfile.mkdtemp()) / "head.safetensors")
-    >>> (load_estimator(path).predict(X) == est.predict(X)).all()
+    >>> bool((load_estimator(path).predict(X) == est.predict(X)).all())
     True
     """
     name = type(estimator).__name__
@@ -222,20 +234,15 @@ def save_estimator(estimator, path):
     }, allow_nan=False, sort_keys=True)
     tensors = dict(encode.tensors)
     for key, tensor in module.state_dict().items():
-        tensors[_MODULE_PREFIX + key] = tensor.detach().cpu().clone().contiguous()
+        tensors[_MODULE_PREFIX + key] = tensor.detach().cpu().contiguous()
+    tensors = _unshared(tensors)
     from .. import __version__
 
     metadata = {"format": FORMAT, "format_version": FORMAT_VERSION,
                 "minip_learn_version": __version__, "content": content,
                 "sha256": _digest(content, tensors)}
-    data = _save_tensors(tensors, metadata=metadata)
     path = Path(path)
-
-    def write(tmp):
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-
-    write_atomic(path, write)
+    write_atomic(path, lambda tmp: _save_file(tensors, tmp, metadata=metadata))
     return path
 
 
@@ -256,7 +263,7 @@ def _read(path):
             header = json.loads(raw[8:8 + size])
             metadata = header.get("__metadata__") or {}
             tensors = _load_tensors(raw)
-        except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+        except (ValueError, UnicodeDecodeError, AttributeError, RecursionError) as exc:
             problem = f"not a safetensors file ({str(exc)[:100]})"
         except Exception as exc:  # noqa: BLE001 - safetensors' own error types
             problem = f"not a safetensors file ({type(exc).__name__}: {str(exc)[:100]})"
@@ -344,7 +351,7 @@ def load_estimator(path, *, device=None):
         fitted = {k: _decode(v, tensors) for k, v in content["fitted"].items()}
         history = _decode(content["history"], tensors)
         dtype = getattr(torch, content["module"]["dtype"])
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ValueError(f"{path}: its description names no estimator and head of this "
                          f"library ({type(exc).__name__}: {str(exc)[:100]}).") from None
     params, warning = _restore_params(est_cls, params, metadata.get("minip_learn_version"),

@@ -1,5 +1,5 @@
-"""Saved estimators across minip_learn versions: the version a pickle records, the
-hyperparameters filled in on loading, and the warning that says so."""
+"""Saved estimators across minip_learn versions: the version a saved file or a pickle
+records, the hyperparameters filled in on loading, and the warning that says so."""
 
 import copy
 import inspect
@@ -20,10 +20,10 @@ def _current_version():
 class MinIPVersionWarning(UserWarning):
     """An estimator was loaded from a file saved by another minip_learn version.
 
-    Issued while unpickling (``pickle.load``, ``joblib.load``) when the version that
-    saved the estimator differs from the running one, or when the saved state lacks
-    hyperparameters of the estimator's class (those added since it was saved), which
-    are then set to their defaults. The loaded estimator predicts with its saved head;
+    Issued by :func:`~minip_learn.estimators.load_estimator` (and while unpickling an
+    estimator) when the version that saved it differs from the running one, or when
+    the saved state lacks hyperparameters of the estimator's class (those added since
+    it was saved), which are then set to their defaults. The loaded estimator predicts with its saved head;
     to be rid of the warning, refit it or save it again with this version.
 
     Parameters

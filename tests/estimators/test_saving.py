@@ -231,6 +231,16 @@ def test_a_class_outside_the_library_is_never_looked_up(fitted, tmp_path, field,
         load_estimator(path)
 
 
+def test_content_nested_too_deep_is_refused(fitted, tmp_path):
+    path = save_estimator(fitted["kernel"], tmp_path / "est.safetensors")
+    metadata, tensors = _parse(path)
+    metadata["content"] = "[" * 100_000 + "]" * 100_000
+    metadata["sha256"] = _reference_digest(metadata["content"], tensors)
+    _write(path, metadata, tensors)
+    with pytest.raises(ValueError, match="est.safetensors"):
+        load_estimator(path)
+
+
 class _Trap:
     ran = []
 
