@@ -3,12 +3,15 @@
 against the formulas: the same outputs and parameter gradients, in float64, on
 families whose tokens repeat, whose tokens are all distinct, and with one token."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
 
 from minip_learn.nn import make_feature_map, make_mixer
 from minip_learn.nn.ops import naive
+from minip_learn.nn.ops import tokens as tokens_ops
 from minip_learn.nn.ops.tokens import (
     DENSE_VALUES,
     distinct_token_index,
@@ -164,15 +167,57 @@ def test_gathered_last_attend_equals_the_formulas(log_domain, decay, tokens):
         torch.testing.assert_close(a, b)
 
 
-def test_token_scores_log_domain_far_apart_features():
+@pytest.mark.parametrize("exact_terms", [tokens_ops.EXACT_LOG_TERMS, 0])
+def test_token_scores_log_domain_far_apart_features(monkeypatch, exact_terms):
     """Log-features whose maxima sit in different features, far apart: the shifted
-    product underflows and the exact logsumexp gives the kernel."""
+    product underflows and the exact logsumexp gives the kernel (taken at once for
+    few terms, after the product's test for many)."""
+    monkeypatch.setattr(tokens_ops, "EXACT_LOG_TERMS", exact_terms)
     lq = torch.tensor([[0.0, -900.0]], dtype=torch.float64)
     lk = torch.tensor([[-900.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
     got = token_scores(lq, lk, log_domain=True)
-    want = torch.logsumexp(lq[:, None, :] + lk[None, :, :], -1)
+    # the kernel written out: log sum_k exp(lq_k + lk_k), each sum by hand
+    # log(e^-900 + e^-900) = log 2 - 900; log(1 + e^-900) = 0 in float64
+    want = torch.tensor([[math.log(2.0) - 900.0, 0.0]], dtype=torch.float64)
     torch.testing.assert_close(got, want)
-    assert torch.isfinite(got).all()
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_token_scores_log_domain_paths_agree(monkeypatch, masked):
+    """The exact logsumexp of few terms and the shifted product of many give the same
+    log-kernel, and the same gradients."""
+    g = torch.Generator().manual_seed(0)
+    lq = torch.randn(2, 5, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    lk = torch.randn(2, 7, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = torch.tensor([1.0, 0.0, 1.0, 1.0], dtype=torch.float64) if masked else None
+    small = token_scores(lq, lk, log_domain=True, mask=mask)
+    monkeypatch.setattr(tokens_ops, "EXACT_LOG_TERMS", 0)
+    large = token_scores(lq, lk, log_domain=True, mask=mask)
+    weight = torch.ones(4, dtype=torch.float64) if mask is None else mask
+    ref = torch.log(torch.einsum("bik,bjk->bij", lq.exp() * weight, lk.exp()))
+    torch.testing.assert_close(small, ref)
+    torch.testing.assert_close(large, ref)
+    ga = torch.autograd.grad(small.sin().sum(), (lq, lk))
+    gb = torch.autograd.grad(large.sin().sum(), (lq, lk))
+    for a, b in zip(ga, gb, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_token_scores_of_few_terms_read_nothing_on_the_host():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Syncs(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                Syncs.n += 1
+            return func(*args, **(kwargs or {}))
+
+    lq, lk = torch.randn(6, 3), torch.randn(9, 3)
+    with Syncs():
+        token_scores(lq, lk, log_domain=True)
+    assert Syncs.n == 0
 
 
 def test_table_map_declares_per_token():

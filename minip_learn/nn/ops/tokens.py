@@ -16,13 +16,17 @@ import torch
 
 from .spec import guard_denominator
 
-__all__ = ["MAX_CODE_BITS", "distinct_token_index", "gathered_last_attend", "token_scores"]
+__all__ = ["EXACT_LOG_TERMS", "MAX_CODE_BITS", "distinct_token_index",
+           "gathered_last_attend", "token_scores"]
 
 #: the widest 0/1 token that one ``int64`` code holds
 MAX_CODE_BITS = 62
 #: distinct values per position up to which the values are summed through a dense
 #: (sequences x distinct values) matrix of weights
 DENSE_VALUES = 8
+#: terms ``Uq Uk r`` up to which :func:`token_scores` takes the exact ``logsumexp``
+#: of log-features directly: no test of the shifted product, so no host sync
+EXACT_LOG_TERMS = 2**21
 
 
 def distinct_token_index(x):
@@ -87,7 +91,10 @@ def token_scores(fq, fk, *, log_domain, mask=None):
     maximum of the query's and of the key's log-features), whose entries lie in
     ``(0, r]``. When one of them falls below the smallest normal float (the maxima of
     the two sides in different features, far apart), every entry is the exact
-    ``logsumexp`` over the features instead (``Uq Uk r`` terms).
+    ``logsumexp`` over the features instead (``Uq Uk r`` terms). Up to
+    :data:`EXACT_LOG_TERMS` terms the exact ``logsumexp`` is taken at once: the test of
+    the product reads a value on the host (a device sync), which costs more than so
+    few terms.
     """
     if not log_domain:
         if mask is not None:
@@ -95,6 +102,9 @@ def token_scores(fq, fk, *, log_domain, mask=None):
         return fq @ fk.transpose(-2, -1)
     if mask is not None:
         fq = fq + torch.log(mask.to(fq.dtype))
+    batch = fq.shape[:-2].numel() if fq.dim() > 2 else 1
+    if batch * fq.shape[-2] * fk.shape[-2] * fq.shape[-1] <= EXACT_LOG_TERMS:
+        return torch.logsumexp(fq[..., :, None, :] + fk[..., None, :, :], dim=-1)
     a = fq.amax(-1, keepdim=True).detach()
     b = fk.amax(-1, keepdim=True).detach()
     dots = torch.exp(fq - a) @ torch.exp(fk - b).transpose(-2, -1)
