@@ -228,7 +228,8 @@ def save_estimator(estimator, path):
         "params": {k: encode(v, k) for k, v in estimator.get_params(deep=False).items()},
         "module": {"class": type(module).__name__,
                    "arguments": {k: encode(v, f"the head's {k}") for k, v in arguments.items()},
-                   "dtype": str(next(module.parameters()).dtype).removeprefix("torch.")},
+                   "dtype": str(next(module.parameters()).dtype).removeprefix("torch."),
+                   "tied": _tied(module)},
         "fitted": {k: encode(v, k) for k, v in fitted.items()},
         "history": encode(_history(net), "history"),
     }, allow_nan=False, sort_keys=True)
@@ -290,6 +291,34 @@ def _restore_params(cls, params, saved_version, path):
             "version.")
     state, warning = versioned_restore(cls, {**params, VERSION_KEY: saved_version})
     return state, warning
+
+
+def _tied(module):
+    """The groups of ``module``'s ``state_dict`` keys that name one tensor (tied
+    weights, e.g. ``shared_features``)."""
+    groups = {}
+    for key, tensor in module.state_dict(keep_vars=True).items():
+        groups.setdefault(id(tensor), []).append(key)
+    return sorted(sorted(keys) for keys in groups.values() if len(keys) > 1)
+
+
+def _architecture_problem(cls, arguments, state, tied):
+    """What keeps the head of ``cls`` built from ``arguments`` from taking the saved
+    ``state`` (other weights or shapes, other tied weights), or None; the head is built
+    on the meta device, so a file cannot make the loader allocate more than it holds."""
+    with torch.random.fork_rng(devices=[]), torch.device("meta"):
+        shell = cls(**arguments)
+    built = shell.state_dict()
+    none = {k for k in state if k not in built}  # buffers a head sets after it is built
+    if set(built) | none != set(state):
+        return (f"its head's weights are {sorted(state)}, but {cls.__name__} built from "
+                f"its arguments has {sorted(built)}")
+    shapes = [k for k in built if tuple(built[k].shape) != tuple(state[k].shape)]
+    if shapes:
+        return f"the shape of {shapes[0]} is not that of the head built from its arguments"
+    if _tied(shell) != tied:
+        return "its tied weights are not those of the head built from its arguments"
+    return None
 
 
 def _build_module(cls, arguments, dtype, state):
@@ -367,7 +396,15 @@ def load_estimator(path, *, device=None):
     est = est_cls(**params)
     module_state = {k[len(_MODULE_PREFIX):]: v for k, v in tensors.items()
                     if k.startswith(_MODULE_PREFIX)}
-    module = _build_module(mod_cls, arguments, dtype, module_state)
+    try:
+        problem = _architecture_problem(mod_cls, arguments, module_state,
+                                        content["module"]["tied"])
+        if problem is None:
+            module = _build_module(mod_cls, arguments, dtype, module_state)
+    except (TypeError, ValueError, KeyError, AttributeError, RuntimeError) as exc:
+        problem = f"its head cannot be built from its arguments ({str(exc)[:100]})"
+    if problem is not None:
+        raise ValueError(f"{path}: {problem}.")
     est._set_fitted_module(module)
     for name, value in fitted.items():
         setattr(est, name, value)

@@ -278,7 +278,10 @@ class RecordsArguments:
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
         if args or kwargs:  # a copy or an unpickled module is made without arguments
-            bound = _init_signature(cls).bind(None, *args, **kwargs)
+            try:
+                bound = _init_signature(cls).bind(None, *args, **kwargs)
+            except TypeError:  # __init__ raises its own message
+                return self
             arguments = {}
             for name, value in list(bound.arguments.items())[1:]:
                 kind = bound.signature.parameters[name].kind

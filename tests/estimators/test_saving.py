@@ -231,6 +231,24 @@ def test_a_class_outside_the_library_is_never_looked_up(fitted, tmp_path, field,
         load_estimator(path)
 
 
+@pytest.mark.parametrize("change, message", [
+    # a head far larger than its file: refused before anything is allocated
+    (lambda c: c["module"]["arguments"].update(rank=10**12), "shape of"),
+    (lambda c: c["module"]["arguments"].update(n_bits=10**12), "(shape of|cannot be built)"),
+    (lambda c: c["module"]["arguments"].update(feature_map="exp", feature_kwargs=None),
+     "weights are"),
+    (lambda c: c["module"]["arguments"].update(shared_features=True), "tied weights"),
+    (lambda c: c["module"]["arguments"].update(rank="three"), "cannot be built"),
+    (lambda c: c["module"]["arguments"].update(colour=1), "cannot be built"),
+])
+def test_arguments_that_do_not_rebuild_the_saved_head_are_refused(fitted, tmp_path, change,
+                                                                  message):
+    path = save_estimator(fitted["table"], tmp_path / "est.safetensors")
+    _rewrite(path, change)
+    with pytest.raises(ValueError, match=f"est.safetensors: .*{message}"):
+        load_estimator(path)
+
+
 def test_content_nested_too_deep_is_refused(fitted, tmp_path):
     path = save_estimator(fitted["kernel"], tmp_path / "est.safetensors")
     metadata, tensors = _parse(path)
