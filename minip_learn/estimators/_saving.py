@@ -26,6 +26,7 @@ import hashlib
 import inspect
 import json
 import math
+import re
 import struct
 import warnings
 from pathlib import Path
@@ -53,6 +54,11 @@ FORMAT_VERSION = "1"
 #: the largest header a saved estimator's file may declare (its JSON and tensor table)
 MAX_HEADER_BYTES = 256 * 2**20
 _MODULE_PREFIX = "module."
+#: the floating dtypes a saved head may have
+_DTYPES = {str(d).removeprefix("torch."): d
+           for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+#: the names of fitted attributes (``n_bits_``, ``solved_`` ...)
+_FITTED_NAME = re.compile(r"[a-z][a-z0-9_]*_")
 _ARRAY_PREFIX = "array."
 
 
@@ -379,7 +385,10 @@ def load_estimator(path, *, device=None):
                      for k, v in content["module"]["arguments"].items()}
         fitted = {k: _decode(v, tensors) for k, v in content["fitted"].items()}
         history = _decode(content["history"], tensors)
-        dtype = getattr(torch, content["module"]["dtype"])
+        dtype = _DTYPES[content["module"]["dtype"]]
+        if not all(isinstance(k, str) and _FITTED_NAME.fullmatch(k) and k != "net_"
+                   for k in fitted):
+            raise ValueError(f"fitted attributes {sorted(fitted)}")
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         raise ValueError(f"{path}: its description names no estimator and head of this "
                          f"library ({type(exc).__name__}: {str(exc)[:100]}).") from None
@@ -388,7 +397,7 @@ def load_estimator(path, *, device=None):
     saved_device = params.get("device", "cpu")
     if device is None:
         device = saved_device
-        if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        if str(device).startswith("cuda") and not torch.cuda.is_available():
             warnings.warn(f"{path}: saved on {saved_device!r}, which this machine does not "
                           "have; loaded on 'cpu' (device='cpu').", UserWarning, stacklevel=2)
             device = "cpu"
@@ -405,7 +414,10 @@ def load_estimator(path, *, device=None):
         problem = f"its head cannot be built from its arguments ({str(exc)[:100]})"
     if problem is not None:
         raise ValueError(f"{path}: {problem}.")
-    est._set_fitted_module(module)
+    try:
+        est._set_fitted_module(module)  # checks every hyperparameter
+    except ValueError as exc:
+        raise ValueError(f"{path}: {exc}") from None
     for name, value in fitted.items():
         setattr(est, name, value)
     est.net_.history_ = type(est.net_.history_)(history)

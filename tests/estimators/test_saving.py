@@ -249,6 +249,25 @@ def test_arguments_that_do_not_rebuild_the_saved_head_are_refused(fitted, tmp_pa
         load_estimator(path)
 
 
+@pytest.mark.parametrize("change", [
+    lambda c: c["module"].update(dtype="save"),
+    lambda c: c["fitted"].update(net_=1),
+    lambda c: c["fitted"].update(__class__=1),
+])
+def test_a_forged_dtype_or_attribute_is_refused(fitted, tmp_path, change):
+    path = save_estimator(fitted["kernel"], tmp_path / "est.safetensors")
+    _rewrite(path, change)
+    with pytest.raises(ValueError, match="est.safetensors: its description"):
+        load_estimator(path)
+
+
+def test_a_forged_hyperparameter_is_refused_naming_the_file(fitted, tmp_path):
+    path = save_estimator(fitted["kernel"], tmp_path / "est.safetensors")
+    _rewrite(path, lambda c: c["params"].update(lr=-1.0))
+    with pytest.raises(ValueError, match=r"est.safetensors: .*lr"):
+        load_estimator(path)
+
+
 def test_content_nested_too_deep_is_refused(fitted, tmp_path):
     path = save_estimator(fitted["kernel"], tmp_path / "est.safetensors")
     metadata, tensors = _parse(path)
