@@ -12,14 +12,20 @@ position of softmax and of unnormalised linear attention) up to rounding, gradie
 included; the reference is :func:`~minip_learn.nn.ops.naive.kernel_attention`.
 """
 
+from dataclasses import dataclass
+
 import torch
 
 from .spec import guard_denominator
 
-__all__ = ["MAX_CODE_BITS", "distinct_token_index", "gathered_last_attend", "token_scores"]
+__all__ = ["MAX_CODE_BITS", "distinct_token_index", "gather_rows", "gathered_last_attend",
+           "TokenRuns", "token_runs", "token_scores"]
 
 #: the widest 0/1 token that one ``int64`` code holds
 MAX_CODE_BITS = 62
+#: the largest fraction of the positions that a batch's runs may number for
+#: :func:`token_runs` to give them (beyond it the per-position form is as cheap)
+MAX_RUN_FRACTION = 0.5
 #: distinct values per position up to which the values are summed through a dense
 #: (sequences x distinct values) matrix of weights
 DENSE_VALUES = 8
@@ -59,6 +65,89 @@ def distinct_token_index(x):
     uniq, index = torch.unique(codes, return_inverse=True)
     tokens = ((uniq[:, None] >> bits) & 1).to(x.dtype)
     return tokens, index
+
+
+@dataclass(frozen=True)
+class TokenRuns:
+    """The runs of equal tokens of a batch (:func:`token_runs`), aligned on the right.
+
+    Attributes
+    ----------
+    index : Tensor of shape (n, R), int64
+        The token of every run (an index among the distinct tokens).
+    lengths : Tensor of shape (n, R), int64
+        Its length; the runs before a sequence's first are empty (length 0, the
+        sequence's first token).
+    pairs : Tensor of shape (n, R), int64
+        The index of every run's (token, length) pair among the distinct pairs.
+    pair_index, pair_lengths : Tensor of shape (P,), int64
+        The token and the length of every distinct pair.
+    """
+
+    index: torch.Tensor
+    lengths: torch.Tensor
+    pairs: torch.Tensor
+    pair_index: torch.Tensor
+    pair_lengths: torch.Tensor
+
+
+def token_runs(index, *, max_fraction=MAX_RUN_FRACTION):
+    """The runs of equal tokens of every sequence: the token and the length of each.
+
+    A recurrence whose maps read the token alone applies the same step to every token
+    of a run, so that a run of ``L`` equal tokens is one step with maps that depend on
+    the token and on ``L`` (a power of the token's transition, a geometric sum of its
+    writes). Every sequence's runs are aligned on the right, its last run in the last
+    column, and the columns before its first run are empty runs (length 0, the
+    sequence's first token): a step that leaves the state as it is.
+
+    Parameters
+    ----------
+    index : Tensor of shape (n, N), int64
+        The index of every token among the distinct tokens
+        (:func:`distinct_token_index`).
+    max_fraction : float, default=:data:`MAX_RUN_FRACTION`
+        The runs are given only when the sequence with the most of them has at most
+        ``max_fraction N``.
+
+    Returns
+    -------
+    TokenRuns or None
+        None when the most runs of a sequence, ``R``, exceed ``max_fraction N`` or
+        ``index`` is empty.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn.ops.tokens import token_runs
+    >>> runs = token_runs(torch.tensor([[0, 0, 0, 1, 1, 2], [3, 3, 3, 3, 3, 1]]))
+    >>> runs.index.tolist(), runs.lengths.tolist()
+    ([[0, 1, 2], [3, 3, 1]], [[3, 2, 1], [0, 5, 1]])
+    >>> runs.pair_index[runs.pairs].equal(runs.index)
+    True
+    """
+    n, N = index.shape
+    if index.numel() == 0:
+        return None
+    starts = torch.ones_like(index, dtype=torch.bool)
+    starts[:, 1:] = index[:, 1:] != index[:, :-1]
+    run_id = starts.cumsum(1)  # 1 .. runs of the sequence
+    runs = run_id[:, -1:]
+    R = int(runs.max())
+    if R > max_fraction * N:
+        return None
+    slot = run_id - 1 + (R - runs)  # right-aligned
+    run_index = index[:, :1].expand(n, R).clone().scatter_(1, slot, index)
+    lengths = torch.zeros_like(run_index).scatter_add_(1, slot, torch.ones_like(index))
+    codes, pairs = torch.unique(run_index * (N + 1) + lengths, return_inverse=True)
+    return TokenRuns(run_index, lengths, pairs, codes // (N + 1), codes % (N + 1))
+
+
+def gather_rows(table, index):
+    """``table[index]``: the rows of ``table`` (U, ...) at ``index`` (any shape, int64),
+    of shape ``index.shape + table.shape[1:]`` (through ``index_select``, whose backward
+    costs a fraction of advanced indexing's)."""
+    return table.index_select(0, index.reshape(-1)).view(*index.shape, *table.shape[1:])
 
 
 def token_scores(fq, fk, *, log_domain, mask=None):
