@@ -150,3 +150,20 @@ def test_run_readouts_is_its_formula_with_its_gradient(rows):
         part = [t.detach().requires_grad_(i == need) for i, t in enumerate(inputs)]
         (grad,) = torch.autograd.grad((fn(*part) * w).sum(), part[need])
         torch.testing.assert_close(grad, want[need])
+
+
+@pytest.mark.parametrize("name", RUN_MIXERS)
+def test_runs_form_under_vmap_is_each_members(name):
+    """Stacked members (parameters batched by vmap, the tokens shared) get each
+    member's final query (mamba through its per-position form)."""
+    x = _runs_family(n=10)
+    members = [_mixer(name, seed=s) for s in range(3)]
+    stacked = {k: torch.stack([dict(m.named_parameters())[k].detach() for m in members])
+               for k, _ in members[0].named_parameters()}
+
+    def one(params):
+        return torch.func.functional_call(members[0], params, (x,), {"last": True})
+
+    got = torch.func.vmap(one)(stacked)
+    for i, m in enumerate(members):
+        torch.testing.assert_close(got[i], m(x, last=True), rtol=1e-9, atol=1e-10)

@@ -24,7 +24,7 @@ from torch.autograd.function import once_differentiable
 
 from ..ops.masks import decayed_scores
 from ..ops.tokens import gather_rows
-from ._base import Mixer, TokenMaps, _is_batched, register_mixer
+from ._base import Mixer, TokenMaps, register_mixer
 
 __all__ = ["MambaMixer", "SelectiveMaps", "run_readouts", "selective_readouts"]
 
@@ -166,7 +166,7 @@ class MambaMixer(Mixer):
         pair, and each run decayed by the steps of the runs after it
         (:func:`run_readouts`). None for stacked members (batched parameters)."""
         m = self.token_maps(tokens)
-        if _is_batched(m.A):
+        if torch._C._functorch.is_batchedtensor(m.A):  # (no vmap rule: the other form)
             return None
         delta = gather_rows(m.delta, runs.index)  # (b, R, d)
         run_steps = runs.lengths.to(delta.dtype)[..., None] * delta
