@@ -122,9 +122,11 @@ class DeltaNetMixer(MatrixStateMixer):
         ``(k, v, beta)`` are one write of ``(k, v, 1 - (1 - beta)^L)`` (an empty run,
         strength 0, leaves ``S`` as it is)."""
         normalize = nn.functional.normalize
-        run_index, lengths = runs.index, runs.lengths
+        run_index = runs.index
         log_keep = nn.functional.logsigmoid(-self.beta(tokens).squeeze(-1))  # log(1 - beta)
-        beta = -torch.expm1(lengths.to(log_keep.dtype) * gather_rows(log_keep, run_index))
+        L = runs.pair_lengths.to(log_keep.dtype)
+        beta = gather_rows(-torch.expm1(L * log_keep.index_select(0, runs.pair_index)),
+                           runs.pairs)
         S = self._last_state(gather_rows(normalize(self.key(tokens), dim=-1), run_index),
                              gather_rows(self.value(tokens), run_index), beta)
         q = normalize(self.query(tokens), dim=-1).index_select(0, run_index[:, -1])

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from ..ops.masks import decayed_scores
-from ..ops.tokens import gather_rows
+from ..ops.tokens import gather_rows, later_runs_sum
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
 __all__ = ["GatedLinearAttentionMixer", "GatedMaps"]
@@ -110,17 +110,18 @@ class GatedLinearAttentionMixer(MatrixStateMixer):
         add ``g_L(log alpha) k v^T`` to ``diag(alpha^L) S``, with the geometric sums
         ``g_L(a) = sum_{l < L} exp(l a) = expm1(L a) / expm1(a)`` (0 for an empty run),
         each run decayed by the runs after it."""
-        log_alpha, run_index = self.log_gates(tokens), runs.index
+        log_alpha = self.log_gates(tokens)
         tiny = torch.finfo(log_alpha.dtype).tiny  # (a log-gate of 0: g_L = L)
-        lg = gather_rows(log_alpha.clamp(max=-tiny), run_index)  # (b, R, r)
-        L = runs.lengths.to(lg.dtype)[..., None]
-        run_log = L * lg
-        after = run_log.flip(-2).cumsum(-2).flip(-2) - run_log  # the runs after each
-        keys = gather_rows(self.key(tokens), run_index) * torch.exp(after) * (
-            torch.expm1(L * lg) / torch.expm1(lg))
-        q = self.query(tokens).index_select(0, run_index[:, -1])
-        weights = (keys * q[:, None, :]).sum(-1)
-        return (weights[:, None, :] @ gather_rows(self.value(tokens), run_index))[:, 0]
+        lg = log_alpha.clamp(max=-tiny).index_select(0, runs.pair_index)  # (P, r)
+        L = runs.pair_lengths.to(lg.dtype)[:, None]
+        writes = (torch.expm1(L * lg) / torch.expm1(lg)
+                  * self.key(tokens).index_select(0, runs.pair_index))
+        # per distinct (token, length) pair: the run's decayed keys and its log-decay
+        keys, run_log = gather_rows(torch.cat([writes, L * lg], -1),
+                                    runs.pairs).split(self.state_size, -1)
+        q = self.query(tokens).index_select(0, runs.index[:, -1])
+        weights = (keys * torch.exp(later_runs_sum(run_log)) * q[:, None, :]).sum(-1)
+        return (weights[:, None, :] @ gather_rows(self.value(tokens), runs.index))[:, 0]
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)

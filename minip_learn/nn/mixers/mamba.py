@@ -23,7 +23,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..ops.masks import decayed_scores
-from ..ops.tokens import gather_rows
+from ..ops.tokens import gather_rows, later_runs_sum
 from ._base import Mixer, TokenMaps, register_mixer
 
 __all__ = ["MambaMixer", "SelectiveMaps", "run_readouts", "selective_readouts"]
@@ -169,8 +169,7 @@ class MambaMixer(Mixer):
         if torch._C._functorch.is_batchedtensor(m.A):  # (no vmap rule: the other form)
             return None
         delta = gather_rows(m.delta, runs.index)  # (b, R, d)
-        run_steps = runs.lengths.to(delta.dtype)[..., None] * delta
-        after = run_steps.flip(-2).cumsum(-2).flip(-2) - run_steps
+        after = later_runs_sum(runs.lengths.to(delta.dtype)[..., None] * delta)
         tiny = torch.finfo(delta.dtype).tiny  # (a step of 0: g_L = L)
         a = (m.delta.index_select(0, runs.pair_index)[..., None] * m.A).clamp(max=-tiny)
         L = runs.pair_lengths.to(a.dtype)[:, None, None]

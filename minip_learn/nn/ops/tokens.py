@@ -19,7 +19,7 @@ import torch
 from .spec import guard_denominator
 
 __all__ = ["MAX_CODE_BITS", "distinct_token_index", "gather_rows", "gathered_last_attend",
-           "TokenRuns", "token_runs", "token_scores"]
+           "later_runs_sum", "TokenRuns", "token_runs", "token_scores"]
 
 #: the widest 0/1 token that one ``int64`` code holds
 MAX_CODE_BITS = 62
@@ -141,6 +141,15 @@ def token_runs(index, *, max_fraction=MAX_RUN_FRACTION):
     lengths = torch.zeros_like(run_index).scatter_add_(1, slot, torch.ones_like(index))
     codes, pairs = torch.unique(run_index * (N + 1) + lengths, return_inverse=True)
     return TokenRuns(run_index, lengths, pairs, codes // (N + 1), codes % (N + 1))
+
+
+def later_runs_sum(values):
+    """The sum over the later runs, ``out[..., k, :] = sum_{k' > k} values[..., k', :]``,
+    for ``values`` of shape (..., R, c): one product with the strictly upper
+    triangular ``R x R`` matrix of ones."""
+    R = values.shape[-2]
+    later = torch.ones(R, R, dtype=values.dtype, device=values.device).triu_(1)
+    return later @ values
 
 
 def gather_rows(table, index):
