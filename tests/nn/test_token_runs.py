@@ -167,3 +167,24 @@ def test_runs_form_under_vmap_is_each_members(name):
     got = torch.func.vmap(one)(stacked)
     for i, m in enumerate(members):
         torch.testing.assert_close(got[i], m(x, last=True), rtol=1e-9, atol=1e-10)
+
+
+def test_token_runs_suffixes():
+    """Two runs share a suffix id exactly when their pairs and those after them agree,
+    and the run given for each id has it."""
+    x = _runs_family(n=60, seq_len=8, max_runs=3)
+    runs = token_runs(distinct_token_index(x)[1])
+    n, R = runs.index.shape
+    keys = [tuple(runs.pairs[s, k:].tolist()) + (k,) for s in range(n) for k in range(R)]
+    ids = runs.suffix.reshape(-1).tolist()
+    empty = (runs.lengths.reshape(-1) == 0).tolist()
+    by_key = {}
+    for key, i, e in zip(keys, ids, empty, strict=True):
+        if e:  # an empty run: one past the last suffix
+            assert i == len(runs.suffix_rows)
+            continue
+        assert by_key.setdefault(key, i) == i
+    assert len(set(by_key.values())) == len(by_key) == len(runs.suffix_rows) < n * R
+    assert any(empty)
+    for i, row in enumerate(runs.suffix_rows.tolist()):
+        assert ids[row] == i

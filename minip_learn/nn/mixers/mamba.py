@@ -164,7 +164,8 @@ class MambaMixer(Mixer):
         with the geometric sums ``g_L(a) = sum_{l < L} exp(l a) = expm1(L a) /
         expm1(a)`` (0 for an empty run), computed once per distinct (token, length)
         pair, and each run decayed by the steps of the runs after it
-        (:func:`run_readouts`). None for stacked members (batched parameters)."""
+        (:func:`run_readouts`, once per distinct suffix of runs). None for stacked
+        members (batched parameters)."""
         m = self.token_maps(tokens)
         if torch._C._functorch.is_batchedtensor(m.A):  # (no vmap rule: the other form)
             return None
@@ -176,13 +177,15 @@ class MambaMixer(Mixer):
         table = (torch.expm1(L * a) / torch.expm1(a)
                  * m.B.index_select(0, runs.pair_index)[:, None, :])  # (P, d, r)
         last = runs.index[:, -1]
-        keys = m.C.index_select(0, last)[:, None, :].expand(*runs.index.shape, -1)
+        rows, R = runs.suffix_rows, runs.index.shape[1]  # one run per distinct suffix
         d, r = m.A.shape
-        sums = run_readouts(after.reshape(-1, d), keys.reshape(-1, r), table,
-                            runs.pairs.reshape(-1), m.A,
+        sums = run_readouts(after.reshape(-1, d).index_select(0, rows),
+                            m.C.index_select(0, last.index_select(0, rows // R)), table,
+                            runs.pairs.reshape(-1).index_select(0, rows), m.A,
                             rows=max(1, SCAN_BLOCK_FLOATS // m.A.numel()))
+        sums = gather_rows(torch.cat([sums, sums.new_zeros(1, d)]), runs.suffix)  # (empty: 0)
         v = gather_rows(m.v, runs.index)
-        return (delta * v * sums.view(delta.shape)).sum(-2) + self.D * m.v.index_select(0, last)
+        return (delta * v * sums).sum(-2) + self.D * m.v.index_select(0, last)
 
     @staticmethod
     def _advance(h, delta, v, B, A):

@@ -82,6 +82,13 @@ class TokenRuns:
         The index of every run's (token, length) pair among the distinct pairs.
     pair_index, pair_lengths : Tensor of shape (P,), int64
         The token and the length of every distinct pair.
+    suffix : Tensor of shape (n, R), int64
+        The index of every nonempty run's suffix (the run's pair and those of the runs
+        after it in its sequence) among the distinct suffixes of the batch's nonempty
+        runs, ``S`` (one past the last) for an empty run: two runs with the same suffix
+        read the same decayed writes out of the last state.
+    suffix_rows : Tensor of shape (S,), int64
+        For every distinct suffix, a run that has it (a flat index ``s R + k``).
     """
 
     index: torch.Tensor
@@ -89,6 +96,8 @@ class TokenRuns:
     pairs: torch.Tensor
     pair_index: torch.Tensor
     pair_lengths: torch.Tensor
+    suffix: torch.Tensor
+    suffix_rows: torch.Tensor
 
 
 def token_runs(index, *, max_fraction=MAX_RUN_FRACTION):
@@ -125,6 +134,8 @@ def token_runs(index, *, max_fraction=MAX_RUN_FRACTION):
     ([[0, 1, 2], [3, 3, 1]], [[3, 2, 1], [0, 5, 1]])
     >>> runs.pair_index[runs.pairs].equal(runs.index)
     True
+    >>> runs.suffix.tolist()  # the last runs' pairs differ; every suffix is distinct
+    [[4, 3, 1], [5, 2, 0]]
     """
     n, N = index.shape
     if index.numel() == 0:
@@ -140,7 +151,29 @@ def token_runs(index, *, max_fraction=MAX_RUN_FRACTION):
     run_index = index[:, :1].expand(n, R).clone().scatter_(1, slot, index)
     lengths = torch.zeros_like(run_index).scatter_add_(1, slot, torch.ones_like(index))
     codes, pairs = torch.unique(run_index * (N + 1) + lengths, return_inverse=True)
-    return TokenRuns(run_index, lengths, pairs, codes // (N + 1), codes % (N + 1))
+    suffix, suffix_rows = _distinct_suffixes(pairs, len(codes))
+    keep = lengths.reshape(-1).index_select(0, suffix_rows) > 0  # nonempty runs' suffixes
+    renumber = torch.where(keep, keep.cumsum(0) - 1, keep.sum())
+    suffix, suffix_rows = renumber[suffix], suffix_rows[keep]
+    return TokenRuns(run_index, lengths, pairs, codes // (N + 1), codes % (N + 1), suffix,
+                     suffix_rows)
+
+
+def _distinct_suffixes(pairs, n_pairs):
+    """The index of every run's suffix of pairs among the distinct ones (numbered
+    column after column from the last) and a run (flat index) of each."""
+    n, R = pairs.shape
+    suffix = torch.empty_like(pairs)
+    later = torch.zeros_like(pairs[:, 0])  # the suffix after the column, as its id
+    seq = torch.arange(n, device=pairs.device)
+    rows, offset = [], 0
+    for k in range(R - 1, -1, -1):
+        ids, later = torch.unique(later * n_pairs + pairs[:, k], return_inverse=True)
+        suffix[:, k] = later + offset
+        first = torch.full_like(ids, n).scatter_reduce_(0, later, seq, "amin")
+        rows.append(first * R + k)
+        offset += len(ids)
+    return suffix, torch.cat(rows)
 
 
 def later_runs_sum(values):
