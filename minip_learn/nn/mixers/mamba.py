@@ -283,6 +283,14 @@ class _SelectiveReadouts(torch.autograd.Function):
         return d_steps, d_keys, d_A, None
 
 
+def _run_floor(dtype):
+    """The exponent at or above which :func:`run_readouts` holds its decays: half that
+    of the dtype's smallest normal number, so that a decay's products with the other
+    factors (and the gradient) stay normal numbers, whose arithmetic is several times
+    faster than that of subnormal ones."""
+    return math.log2(torch.finfo(dtype).tiny) / 2
+
+
 class _RunReadouts(torch.autograd.Function):
     """The forward and hand-written backward of :func:`run_readouts` over blocks of
     ``rows`` rows in reused work buffers: only the inputs are kept, and the backward
@@ -290,7 +298,7 @@ class _RunReadouts(torch.autograd.Function):
 
     @staticmethod
     def forward(steps, keys, table, pair, A, rows):
-        floor = math.log2(torch.finfo(steps.dtype).tiny)
+        floor = _run_floor(steps.dtype)
         A2 = A * math.log2(math.e)
         n_rows = steps.shape[0]
         out = steps.new_empty(steps.shape)
@@ -317,7 +325,7 @@ class _RunReadouts(torch.autograd.Function):
         steps, keys, table, pair, A = ctx.saved_tensors
         need_steps, need_keys, need_table, _, need_A = ctx.needs_input_grad[:5]
         rows, n_rows = ctx.rows, steps.shape[0]
-        floor = math.log2(torch.finfo(steps.dtype).tiny)
+        floor = _run_floor(steps.dtype)
         A2 = A * math.log2(math.e)
         d_steps = torch.empty_like(steps) if need_steps else None
         d_keys = torch.empty_like(keys) if need_keys else None
@@ -357,7 +365,8 @@ def run_readouts(steps, keys, table, pair, A, *, rows=1024):
     The work runs over blocks of ``rows`` rows in two work buffers of ``(rows, d, r)``
     floats, and the autograd keeps only the inputs (the backward recomputes each
     block's decays). A decay is computed as ``2 ** (S A log2 e)``, held at or above the
-    dtype's smallest normal number (as in :func:`selective_readouts`).
+    square root of the dtype's smallest normal number (``2 ** -63`` in float32): a
+    term below it is below the rounding of any term that is not.
 
     Parameters
     ----------
