@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .masks import causal_part
 from .spec import guard_denominator
 
 __all__ = ["MAX_CODE_BITS", "distinct_token_index", "gather_rows", "gathered_last_attend",
@@ -181,8 +182,8 @@ def later_runs_sum(values):
     for ``values`` of shape (..., R, c): one product with the strictly upper
     triangular ``R x R`` matrix of ones."""
     R = values.shape[-2]
-    later = torch.ones(R, R, dtype=values.dtype, device=values.device).triu_(1)
-    return later @ values
+    ones = torch.ones(R, R, dtype=values.dtype, device=values.device)
+    return causal_part(ones, strict=True).transpose(0, 1) @ values
 
 
 def gather_rows(table, index):
