@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from .._registry import RecordsArguments, Registry, UserModule
-from ..ops.tokens import distinct_token_index
+from ..ops.tokens import distinct_token_index, token_runs
 from ..readout import AffineReadout, ValueMap
 
 __all__ = [
@@ -172,6 +172,10 @@ class Mixer(RecordsArguments, nn.Module):
     #: the final-query form then computes them once per distinct token of the batch
     #: (:meth:`attend_last_tokens`) instead of once per position
     per_token_maps = False
+    #: whether the maps read the token alone and a run of equal tokens collapses into
+    #: one step: the final-query form then steps once per run of equal tokens, with the
+    #: maps of the distinct tokens (:meth:`attend_last_runs`)
+    run_maps = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -264,13 +268,19 @@ class Mixer(RecordsArguments, nn.Module):
 
     def final_query(self, x):
         """The mixed vector at the last position, shape (batch, value_dim), in the
-        cheaper of two forms with the same values: :meth:`attend_last_tokens` on the
-        distinct tokens of ``x`` when the mixer declares ``per_token_maps`` and the
-        tokens are 0/1 constants (no gradient is asked of them), else
-        :meth:`last_in_blocks`."""
-        if self.per_token_maps and not x.requires_grad:
+        cheapest of three forms with the same values: :meth:`attend_last_tokens` on the
+        distinct tokens of ``x`` when the mixer declares ``per_token_maps``, or
+        :meth:`attend_last_runs` on its runs of equal tokens when it declares
+        ``run_maps``, both when the tokens are 0/1 constants (no gradient is asked of
+        them); else :meth:`last_in_blocks`."""
+        if (self.per_token_maps or self.run_maps) and not x.requires_grad:
             plan = self.distinct_tokens(x)
-            u = None if plan is None else self.attend_last_tokens(x, *plan)
+            u = None
+            if plan is not None and self.per_token_maps:
+                u = self.attend_last_tokens(x, *plan)
+            if u is None and plan is not None and self.run_maps and not _is_batched(x):
+                runs = self._cached_plan(x, "runs", lambda: token_runs(plan[1]))
+                u = None if runs is None else self.attend_last_runs(plan[0], runs)
             if u is not None:
                 return u
         return self.last_in_blocks(x)
@@ -283,16 +293,21 @@ class Mixer(RecordsArguments, nn.Module):
         modified in place since (full-batch training, every epoch), is not searched
         again.
         """
+        return self._cached_plan(x, "tokens", lambda: distinct_token_index(x))
+
+    def _cached_plan(self, x, kind, compute):
+        """``compute()``, kept for the last input tensor ``x`` under ``kind``: the same
+        tensor again, not modified in place since, gets the kept value."""
         if x.is_inference() or _is_batched(x):  # no version counter / a vmapped input
-            return distinct_token_index(x)
+            return compute()
         base = x if x._base is None else x._base
-        view = (x.storage_offset(), tuple(x.shape), x.stride(), x.dtype)
+        view = (kind, x.storage_offset(), tuple(x.shape), x.stride(), x.dtype)
         cache = getattr(self, "_tokens_cache", None)
         if cache is None or cache[0]() is not base or cache[1] != base._version:
             cache = (weakref.ref(base), base._version, {})  # (the input is held weakly)
             self.__dict__["_tokens_cache"] = cache
         if view not in cache[2]:
-            cache[2][view] = distinct_token_index(x)
+            cache[2][view] = compute()
         return cache[2][view]
 
     def __getstate__(self):
@@ -318,6 +333,28 @@ class Mixer(RecordsArguments, nn.Module):
         Tensor of shape (batch, value_dim), or None
             None when this form does not apply or costs more than :meth:`attend_last`
             (the default: a mixer that declares ``per_token_maps`` overrides it).
+        """
+        return None
+
+    def attend_last_runs(self, tokens, runs):
+        """The mixed vector at the last position, shape (batch, value_dim), one step
+        per run of equal tokens with the maps of the distinct tokens: equal to
+        :meth:`attend_last` up to rounding.
+
+        Parameters
+        ----------
+        tokens : Tensor of shape (U, n_bits)
+            The distinct tokens of the batch.
+        runs : TokenRuns
+            The token (an index in ``tokens``) and the length of every run, the runs
+            aligned on the right and empty runs (length 0) before the first
+            (:func:`~minip_learn.nn.ops.tokens.token_runs`).
+
+        Returns
+        -------
+        Tensor of shape (batch, value_dim), or None
+            None when the mixer has no such form (the default: a mixer that declares
+            ``run_maps`` overrides it).
         """
         return None
 

@@ -16,6 +16,7 @@ from torch import nn
 
 from ..ops.chunk import CAUSAL_CHUNK
 from ..ops.masks import causal_part
+from ..ops.tokens import gather_rows
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
 __all__ = ["DeltaMaps", "DeltaNetMixer"]
@@ -72,6 +73,7 @@ class DeltaNetMixer(MatrixStateMixer):
              "Yang et al. 2024, Parallelizing Linear Transformers with the Delta Rule")
     # padded key and query entries are zero: the norms and the rows of S in use are unchanged
     state_padding = "zeros"
+    run_maps = True
 
     def __init__(self, n_bits, state_size, *, value_dim=None):
         super().__init__(n_bits, state_size, value_dim=value_dim)
@@ -109,18 +111,39 @@ class DeltaNetMixer(MatrixStateMixer):
 
     def attend_last(self, x):
         """``u_N = S_N^T q_N``, the state carried over chunks of :data:`CAUSAL_CHUNK`
-        tokens: a chunk starting from ``S`` writes what its keys write from 0 into
-        ``V - K S`` (:meth:`_written`) and adds ``K^T W`` to ``S``. ``O(N C r d)``, no
-        ``N x N`` tensor."""
+        tokens (:meth:`_last_state`). ``O(N C r d)``, no ``N x N`` tensor."""
         normalize = nn.functional.normalize
-        keys, values, beta = normalize(self.key(x), dim=-1), self.value(x), self.strength(x)
+        S = self._last_state(normalize(self.key(x), dim=-1), self.value(x), self.strength(x))
+        return torch.einsum("br,brd->bd", normalize(self.query(x[:, -1]), dim=-1), S)
+
+    def attend_last_runs(self, tokens, runs):
+        """``u_N = S_N^T q_N`` one write per run of equal tokens: with a unit-norm key,
+        ``(I - beta k k^T)^L = I - (1 - (1 - beta)^L) k k^T``, so ``L`` writes of
+        ``(k, v, beta)`` are one write of ``(k, v, 1 - (1 - beta)^L)`` (an empty run,
+        strength 0, leaves ``S`` as it is)."""
+        normalize = nn.functional.normalize
+        run_index = runs.index
+        log_keep = nn.functional.logsigmoid(-self.beta(tokens).squeeze(-1))  # log(1 - beta)
+        L = runs.pair_lengths.to(log_keep.dtype)
+        beta = gather_rows(-torch.expm1(L * log_keep.index_select(0, runs.pair_index)),
+                           runs.pairs)
+        S = self._last_state(gather_rows(normalize(self.key(tokens), dim=-1), run_index),
+                             gather_rows(self.value(tokens), run_index), beta)
+        q = normalize(self.query(tokens), dim=-1).index_select(0, run_index[:, -1])
+        return torch.einsum("br,brd->bd", q, S)
+
+    def _last_state(self, keys, values, beta):
+        """The state ``S_N`` after unit-norm keys ``keys`` (b, N, r), values ``values``
+        (b, N, d) and strengths ``beta`` (b, N), carried over chunks of
+        :data:`CAUSAL_CHUNK` writes: a chunk starting from ``S`` writes what its keys
+        write from 0 into ``V - K S`` (:meth:`_written`) and adds ``K^T W`` to ``S``."""
         S = None
-        for t0 in range(0, x.shape[-2], CAUSAL_CHUNK):
+        for t0 in range(0, keys.shape[-2], CAUSAL_CHUNK):
             k, v = keys[:, t0:t0 + CAUSAL_CHUNK], values[:, t0:t0 + CAUSAL_CHUNK]
             written = self._written(k, v if S is None else v - k @ S,
                                     beta[:, t0:t0 + CAUSAL_CHUNK])
             S = k.transpose(-2, -1) @ written if S is None else S + k.transpose(-2, -1) @ written
-        return torch.einsum("br,brd->bd", normalize(self.query(x[:, -1]), dim=-1), S)
+        return S
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..ops.masks import decayed_scores
+from ..ops.tokens import gather_rows, later_runs_sum
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
 __all__ = ["GatedLinearAttentionMixer", "GatedMaps"]
@@ -72,6 +73,7 @@ class GatedLinearAttentionMixer(MatrixStateMixer):
              "Training")
     # padded keys and queries are zero: the padded rows of S stay zero whatever the gates
     state_padding = "zeros"
+    run_maps = True
 
     def __init__(self, n_bits, state_size, *, value_dim=None, gate_temperature=16.0):
         super().__init__(n_bits, state_size, value_dim=value_dim)
@@ -96,11 +98,30 @@ class GatedLinearAttentionMixer(MatrixStateMixer):
 
     def attend_last(self, x):
         """``u_N = S_N^T q_N`` with ``S_N = sum_j diag(exp(L_N - L_j)) k_j v_j^T`` (the
-        cumulative log-gates ``L``; every factor in (0, 1]): ``O(N r d)``."""
+        cumulative log-gates ``L``; every factor in (0, 1]), summed as
+        ``sum_j <q_N, exp(L_N - L_j) k_j> v_j``: ``O(N (r + d))``, no ``S_N``."""
         log_cum = self.log_gates(x).cumsum(-2)
         keys = self.key(x) * torch.exp(log_cum[:, -1:] - log_cum)
-        S = keys.transpose(-2, -1) @ self.value(x)
-        return torch.einsum("br,brd->bd", self.query(x[:, -1]), S)
+        weights = (keys * self.query(x[:, -1:])).sum(-1)
+        return (weights[:, None, :] @ self.value(x))[:, 0]
+
+    def attend_last_runs(self, tokens, runs):
+        """``u_N`` one write per run of equal tokens: ``L`` writes of ``(k, v, alpha)``
+        add ``g_L(log alpha) k v^T`` to ``diag(alpha^L) S``, with the geometric sums
+        ``g_L(a) = sum_{l < L} exp(l a) = expm1(L a) / expm1(a)`` (0 for an empty run),
+        each run decayed by the runs after it."""
+        log_alpha = self.log_gates(tokens)
+        tiny = torch.finfo(log_alpha.dtype).tiny  # (a log-gate of 0: g_L = L)
+        lg = log_alpha.clamp(max=-tiny).index_select(0, runs.pair_index)  # (P, r)
+        L = runs.pair_lengths.to(lg.dtype)[:, None]
+        writes = (torch.expm1(L * lg) / torch.expm1(lg)
+                  * self.key(tokens).index_select(0, runs.pair_index))
+        # per distinct (token, length) pair: the run's decayed keys and its log-decay
+        keys, run_log = gather_rows(torch.cat([writes, L * lg], -1),
+                                    runs.pairs).split(self.state_size, -1)
+        q = self.query(tokens).index_select(0, runs.index[:, -1])
+        weights = (keys * torch.exp(later_runs_sum(run_log)) * q[:, None, :]).sum(-1)
+        return (weights[:, None, :] @ gather_rows(self.value(tokens), runs.index))[:, 0]
 
     def step(self, state, x_t, position=0):
         m = self.token_maps(x_t)

@@ -23,9 +23,10 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ..ops.masks import decayed_scores
+from ..ops.tokens import gather_rows, later_runs_sum
 from ._base import Mixer, TokenMaps, register_mixer
 
-__all__ = ["MambaMixer", "SelectiveMaps", "selective_readouts"]
+__all__ = ["MambaMixer", "SelectiveMaps", "run_readouts", "selective_readouts"]
 
 
 #: floats of one block of decays ``exp(A S)`` in :func:`selective_readouts` (4 MiB in
@@ -107,6 +108,7 @@ class MambaMixer(Mixer):
     forward_form = "recurrent"
     # B and C are zero on padded state dimensions: never written, never read
     state_padding = "zeros"
+    run_maps = True
 
     def __init__(self, n_bits, state_size, *, value_dim=None, dt_min=1e-3, dt_max=1e-1):
         super().__init__(n_bits, state_size, value_dim=value_dim)
@@ -155,6 +157,35 @@ class MambaMixer(Mixer):
                                   rows=max(1, SCAN_BLOCK_FLOATS // m.A.numel()))
         sums = sums.view(steps.shape)
         return (delta * m.v * sums).sum(-2) + self.D * m.v[..., -1, :]
+
+    def attend_last_runs(self, tokens, runs):
+        """``u_N = C_N^T h_N + D v_N`` one step per run of equal tokens: ``L`` steps of
+        a token take ``h`` to ``exp(L Delta A) h + g_L(Delta A) Delta B v`` per channel,
+        with the geometric sums ``g_L(a) = sum_{l < L} exp(l a) = expm1(L a) /
+        expm1(a)`` (0 for an empty run), computed once per distinct (token, length)
+        pair, and each run decayed by the steps of the runs after it
+        (:func:`run_readouts`, once per distinct suffix of runs). None for stacked
+        members (batched parameters)."""
+        m = self.token_maps(tokens)
+        if torch._C._functorch.is_batchedtensor(m.A):  # (no vmap rule: the other form)
+            return None
+        delta = gather_rows(m.delta, runs.index)  # (b, R, d)
+        after = later_runs_sum(runs.lengths.to(delta.dtype)[..., None] * delta)
+        tiny = torch.finfo(delta.dtype).tiny  # (a step of 0: g_L = L)
+        a = (m.delta.index_select(0, runs.pair_index)[..., None] * m.A).clamp(max=-tiny)
+        L = runs.pair_lengths.to(a.dtype)[:, None, None]
+        table = (torch.expm1(L * a) / torch.expm1(a)
+                 * m.B.index_select(0, runs.pair_index)[:, None, :])  # (P, d, r)
+        last = runs.index[:, -1]
+        rows, R = runs.suffix_rows, runs.index.shape[1]  # one run per distinct suffix
+        d, r = m.A.shape
+        sums = run_readouts(after.reshape(-1, d).index_select(0, rows),
+                            m.C.index_select(0, last.index_select(0, rows // R)), table,
+                            runs.pairs.reshape(-1).index_select(0, rows), m.A,
+                            rows=max(1, SCAN_BLOCK_FLOATS // m.A.numel()))
+        sums = gather_rows(torch.cat([sums, sums.new_zeros(1, d)]), runs.suffix)  # (empty: 0)
+        v = gather_rows(m.v, runs.index)
+        return (delta * v * sums).sum(-2) + self.D * m.v.index_select(0, last)
 
     @staticmethod
     def _advance(h, delta, v, B, A):
@@ -250,6 +281,128 @@ class _SelectiveReadouts(torch.autograd.Function):
             if need_A:  # the sum over the rows of g[c] S[c] e[c, n] k[n]
                 d_A += e.mul_((g * s)[..., None]).sum(-3)
         return d_steps, d_keys, d_A, None
+
+
+def _run_floor(dtype):
+    """The exponent at or above which :func:`run_readouts` holds its decays: half that
+    of the dtype's smallest normal number, so that a decay's products with the other
+    factors (and the gradient) stay normal numbers, whose arithmetic is several times
+    faster than that of subnormal ones."""
+    return math.log2(torch.finfo(dtype).tiny) / 2
+
+
+class _RunReadouts(torch.autograd.Function):
+    """The forward and hand-written backward of :func:`run_readouts` over blocks of
+    ``rows`` rows in reused work buffers: only the inputs are kept, and the backward
+    recomputes each block's decays."""
+
+    @staticmethod
+    def forward(steps, keys, table, pair, A, rows):
+        floor = _run_floor(steps.dtype)
+        A2 = A * math.log2(math.e)
+        n_rows = steps.shape[0]
+        out = steps.new_empty(steps.shape)
+        shape = (min(rows, n_rows),) + A.shape
+        work, weights = steps.new_empty(shape), steps.new_empty(shape)
+        for start in range(0, n_rows, rows):
+            n = min(rows, n_rows - start)
+            e = _decays(steps.narrow(0, start, n), A2, floor, work.narrow(0, 0, n))
+            w = torch.index_select(table, 0, pair.narrow(0, start, n),
+                                   out=weights.narrow(0, 0, n))
+            e.mul_(w).mul_(keys.narrow(0, start, n)[:, None, :])
+            torch.sum(e, -1, out=out.narrow(0, start, n))
+        return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        steps, keys, table, pair, A, rows = inputs
+        ctx.save_for_backward(steps, keys, table, pair, A)
+        ctx.rows = rows
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        steps, keys, table, pair, A = ctx.saved_tensors
+        need_steps, need_keys, need_table, _, need_A = ctx.needs_input_grad[:5]
+        rows, n_rows = ctx.rows, steps.shape[0]
+        floor = _run_floor(steps.dtype)
+        A2 = A * math.log2(math.e)
+        d_steps = torch.empty_like(steps) if need_steps else None
+        d_keys = torch.empty_like(keys) if need_keys else None
+        d_table = torch.zeros_like(table) if need_table else None
+        d_A = torch.zeros_like(A) if need_A else None
+        shape = (min(rows, n_rows),) + A.shape
+        work, weights = steps.new_empty(shape), steps.new_empty(shape)
+        for start in range(0, n_rows, rows):
+            n = min(rows, n_rows - start)
+            s, g = steps.narrow(0, start, n), grad.narrow(0, start, n)
+            k, p = keys.narrow(0, start, n)[:, None, :], pair.narrow(0, start, n)
+            e = _decays(s, A2, floor, work.narrow(0, 0, n))
+            ew = torch.index_select(table, 0, p, out=weights.narrow(0, 0, n)).mul_(e)
+            if need_keys:  # sum_c g[c] W[c, n] e[c, n]
+                d_keys.narrow(0, start, n).copy_((g[:, None, :] @ ew).squeeze(-2))
+            if need_table:  # per pair, the sum over its rows of g[c] e[c, n] k[n]
+                d_table.index_add_(0, p, e.mul_(k).mul_(g[..., None]))
+            if not (need_steps or need_A):
+                continue
+            terms = ew.mul_(k).mul_(g[..., None])  # g[c] times the terms of G[c]
+            if need_steps:  # sum_n A[c, n] g[c] T[c, n]
+                torch.sum(torch.mul(terms, A, out=e), -1, out=d_steps.narrow(0, start, n))
+            if need_A:  # the sum over the rows of S[c] g[c] T[c, n]
+                d_A += torch.mul(terms, s[..., None], out=e).sum(0)
+        return d_steps, d_keys, d_table, None, d_A, None
+
+
+def run_readouts(steps, keys, table, pair, A, *, rows=1024):
+    """``G[i, c] = sum_n keys[i, n] table[pair[i], c, n] exp(A[c, n] steps[i, c])``: the
+    read-out decayed writes of the runs of equal tokens of a diagonal selective SSM,
+    one row ``i`` per run.
+
+    With ``table[p, c, n] = g_L(Delta[c] A[c, n]) B[n]`` for the (token, length) pair
+    ``p`` of a run (``g_L(a) = sum_{l < L} exp(l a)``), ``keys`` the last token's
+    ``C_N`` and ``steps`` the sums of the steps after the run, ``sum_i Delta_i v_i
+    G_i`` over a sequence's runs is ``C_N^T h_N`` (:meth:`MambaMixer.attend_last_runs`).
+    The work runs over blocks of ``rows`` rows in two work buffers of ``(rows, d, r)``
+    floats, and the autograd keeps only the inputs (the backward recomputes each
+    block's decays). A decay is computed as ``2 ** (S A log2 e)``, held at or above the
+    square root of the dtype's smallest normal number (``2 ** -63`` in float32): a
+    term below it is below the rounding of any term that is not.
+
+    Parameters
+    ----------
+    steps : Tensor of shape (n_rows, d)
+        The step sums after each run (nonnegative).
+    keys : Tensor of shape (n_rows, r)
+    table : Tensor of shape (P, d, r)
+        A matrix per distinct pair.
+    pair : Tensor of shape (n_rows,), int64
+        The pair of every row.
+    A : Tensor of shape (d, r)
+        The diagonal of the state matrix (negative).
+    rows : int, default=1024
+        Rows per block (at least 1).
+
+    Returns
+    -------
+    Tensor of shape (n_rows, d)
+
+    Examples
+    --------
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> from minip_learn.nn.mixers.mamba import run_readouts
+    >>> steps = torch.rand(5, 2, dtype=torch.float64)
+    >>> keys = torch.randn(5, 3, dtype=torch.float64)
+    >>> table = torch.rand(4, 2, 3, dtype=torch.float64)
+    >>> pair = torch.tensor([0, 3, 3, 1, 2])
+    >>> A = -torch.rand(2, 3, dtype=torch.float64)
+    >>> ref = (keys[:, None, :] * table[pair] * torch.exp(A * steps[:, :, None])).sum(-1)
+    >>> torch.allclose(run_readouts(steps, keys, table, pair, A, rows=2), ref)
+    True
+    """
+    if int(rows) < 1:
+        raise ValueError(f"rows must be at least 1; got {rows!r}.")
+    return _RunReadouts.apply(steps, keys, table, pair, A, int(rows))
 
 
 def selective_readouts(steps, keys, A, *, rows=1024):

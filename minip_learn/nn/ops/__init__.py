@@ -16,7 +16,7 @@ module        holds
 ``recurrent`` causal kernel attention one token at a time
 ``last``      the final-query form: the last position's query over every key
 ``tokens``    the final-query form on the distinct tokens: the kernel between them,
-              gathered per sequence
+              gathered per sequence; the runs of equal tokens of every sequence
 ``softmax``   dense softmax attention, explicit and over blocks of queries
 ============  ======================================================================
 
@@ -62,11 +62,19 @@ from .pair import pair_readout, pairwise_dots
 from .recurrent import recurrent_attend, recurrent_state, recurrent_step
 from .softmax import softmax_attend, softmax_weights
 from .spec import AttentionSpec, guard_denominator
-from .tokens import distinct_token_index, gathered_last_attend, token_scores
+from .tokens import (
+    TokenRuns,
+    distinct_token_index,
+    gathered_last_attend,
+    later_runs_sum,
+    token_runs,
+    token_scores,
+)
 
 __all__ = [
     "CAUSAL_CHUNK",
     "AttentionSpec",
+    "TokenRuns",
     "affine_readout",
     "attend",
     "attention_features",
@@ -87,6 +95,7 @@ __all__ = [
     "kernel_values",
     "last_attend",
     "last_head_output",
+    "later_runs_sum",
     "log_decay",
     "log_kernel",
     "naive",
@@ -98,6 +107,7 @@ __all__ = [
     "sketch",
     "softmax_attend",
     "softmax_weights",
+    "token_runs",
     "token_scores",
     "weight_keys",
 ]

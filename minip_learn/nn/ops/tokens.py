@@ -12,15 +12,22 @@ position of softmax and of unnormalised linear attention) up to rounding, gradie
 included; the reference is :func:`~minip_learn.nn.ops.naive.kernel_attention`.
 """
 
+from dataclasses import dataclass
+
 import torch
 
+from .masks import causal_part
 from .spec import guard_denominator
 
-__all__ = ["EXACT_LOG_TERMS", "MAX_CODE_BITS", "distinct_token_index",
-           "gathered_last_attend", "token_scores"]
+__all__ = ["EXACT_LOG_TERMS", "MAX_CODE_BITS", "TokenRuns", "distinct_token_index",
+           "gather_rows", "gathered_last_attend", "later_runs_sum", "token_runs",
+           "token_scores"]
 
 #: the widest 0/1 token that one ``int64`` code holds
 MAX_CODE_BITS = 62
+#: the largest fraction of the positions that a batch's runs may number for
+#: :func:`token_runs` to give them (beyond it the per-position form is as cheap)
+MAX_RUN_FRACTION = 0.5
 #: distinct values per position up to which the values are summed through a dense
 #: (sequences x distinct values) matrix of weights
 DENSE_VALUES = 8
@@ -63,6 +70,131 @@ def distinct_token_index(x):
     uniq, index = torch.unique(codes, return_inverse=True)
     tokens = ((uniq[:, None] >> bits) & 1).to(x.dtype)
     return tokens, index
+
+
+@dataclass(frozen=True)
+class TokenRuns:
+    """The runs of equal tokens of a batch (:func:`token_runs`), aligned on the right.
+
+    Attributes
+    ----------
+    index : Tensor of shape (n, R), int64
+        The token of every run (an index among the distinct tokens).
+    lengths : Tensor of shape (n, R), int64
+        Its length; the runs before a sequence's first are empty (length 0, the
+        sequence's first token).
+    pairs : Tensor of shape (n, R), int64
+        The index of every run's (token, length) pair among the distinct pairs.
+    pair_index, pair_lengths : Tensor of shape (P,), int64
+        The token and the length of every distinct pair.
+    suffix : Tensor of shape (n, R), int64
+        The index of every nonempty run's suffix (the run's pair and those of the runs
+        after it in its sequence) among the distinct suffixes of the batch's nonempty
+        runs, ``S`` (one past the last) for an empty run: two runs with the same suffix
+        read the same decayed writes out of the last state.
+    suffix_rows : Tensor of shape (S,), int64
+        For every distinct suffix, a run that has it (a flat index ``s R + k``).
+    """
+
+    index: torch.Tensor
+    lengths: torch.Tensor
+    pairs: torch.Tensor
+    pair_index: torch.Tensor
+    pair_lengths: torch.Tensor
+    suffix: torch.Tensor
+    suffix_rows: torch.Tensor
+
+
+def token_runs(index, *, max_fraction=MAX_RUN_FRACTION):
+    """The runs of equal tokens of every sequence: the token and the length of each.
+
+    A recurrence whose maps read the token alone applies the same step to every token
+    of a run, so that a run of ``L`` equal tokens is one step with maps that depend on
+    the token and on ``L`` (a power of the token's transition, a geometric sum of its
+    writes). Every sequence's runs are aligned on the right, its last run in the last
+    column, and the columns before its first run are empty runs (length 0, the
+    sequence's first token): a step that leaves the state as it is.
+
+    Parameters
+    ----------
+    index : Tensor of shape (n, N), int64
+        The index of every token among the distinct tokens
+        (:func:`distinct_token_index`).
+    max_fraction : float, default=:data:`MAX_RUN_FRACTION`
+        The runs are given only when the sequence with the most of them has at most
+        ``max_fraction N``.
+
+    Returns
+    -------
+    TokenRuns or None
+        None when the most runs of a sequence, ``R``, exceed ``max_fraction N`` or
+        ``index`` is empty.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn.ops.tokens import token_runs
+    >>> runs = token_runs(torch.tensor([[0, 0, 0, 1, 1, 2], [3, 3, 3, 3, 3, 1]]))
+    >>> runs.index.tolist(), runs.lengths.tolist()
+    ([[0, 1, 2], [3, 3, 1]], [[3, 2, 1], [0, 5, 1]])
+    >>> runs.pair_index[runs.pairs].equal(runs.index)
+    True
+    >>> runs.suffix.tolist()  # the last runs' pairs differ; every suffix is distinct
+    [[4, 3, 1], [5, 2, 0]]
+    """
+    n, N = index.shape
+    if index.numel() == 0:
+        return None
+    starts = torch.ones_like(index, dtype=torch.bool)
+    starts[:, 1:] = index[:, 1:] != index[:, :-1]
+    run_id = starts.cumsum(1)  # 1 .. runs of the sequence
+    runs = run_id[:, -1:]
+    R = int(runs.max())
+    if R > max_fraction * N:
+        return None
+    slot = run_id - 1 + (R - runs)  # right-aligned
+    run_index = index[:, :1].expand(n, R).clone().scatter_(1, slot, index)
+    lengths = torch.zeros_like(run_index).scatter_add_(1, slot, torch.ones_like(index))
+    codes, pairs = torch.unique(run_index * (N + 1) + lengths, return_inverse=True)
+    suffix, suffix_rows = _distinct_suffixes(pairs, len(codes))
+    keep = lengths.reshape(-1).index_select(0, suffix_rows) > 0  # nonempty runs' suffixes
+    renumber = torch.where(keep, keep.cumsum(0) - 1, keep.sum())
+    suffix, suffix_rows = renumber[suffix], suffix_rows[keep]
+    return TokenRuns(run_index, lengths, pairs, codes // (N + 1), codes % (N + 1), suffix,
+                     suffix_rows)
+
+
+def _distinct_suffixes(pairs, n_pairs):
+    """The index of every run's suffix of pairs among the distinct ones (numbered
+    column after column from the last) and a run (flat index) of each."""
+    n, R = pairs.shape
+    suffix = torch.empty_like(pairs)
+    later = torch.zeros_like(pairs[:, 0])  # the suffix after the column, as its id
+    seq = torch.arange(n, device=pairs.device)
+    rows, offset = [], 0
+    for k in range(R - 1, -1, -1):
+        ids, later = torch.unique(later * n_pairs + pairs[:, k], return_inverse=True)
+        suffix[:, k] = later + offset
+        first = torch.full_like(ids, n).scatter_reduce_(0, later, seq, "amin")
+        rows.append(first * R + k)
+        offset += len(ids)
+    return suffix, torch.cat(rows)
+
+
+def later_runs_sum(values):
+    """The sum over the later runs, ``out[..., k, :] = sum_{k' > k} values[..., k', :]``,
+    for ``values`` of shape (..., R, c): one product with the strictly upper
+    triangular ``R x R`` matrix of ones."""
+    R = values.shape[-2]
+    ones = torch.ones(R, R, dtype=values.dtype, device=values.device)
+    return causal_part(ones, strict=True).transpose(0, 1) @ values
+
+
+def gather_rows(table, index):
+    """``table[index]``: the rows of ``table`` (U, ...) at ``index`` (any shape, int64),
+    of shape ``index.shape + table.shape[1:]`` (through ``index_select``, whose backward
+    costs a fraction of advanced indexing's)."""
+    return table.index_select(0, index.reshape(-1)).view(*index.shape, *table.shape[1:])
 
 
 def token_scores(fq, fk, *, log_domain, mask=None):
