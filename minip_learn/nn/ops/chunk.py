@@ -37,6 +37,9 @@ __all__ = [
 #: Positions per block of :func:`causal_attend`: within a block the masked explicit
 #: kernel, between blocks the carried prefix sketch.
 CAUSAL_CHUNK = 32
+#: Products over at most this many positions (the finest halves of
+#: :func:`log_block_sums`) are summed outer products, not batched matrix products.
+SMALL_INNER = 4
 
 
 def masked_kernel(fq, fk, spec):
@@ -95,6 +98,17 @@ def _level_exponents(q, k, s, log_gamma):
     return qh + m, kh - m
 
 
+def _mm(a, b):
+    """``a @ b``; over an inner dimension of at most ``SMALL_INNER`` as a sum of outer
+    products (a batched product of so thin matrices costs several times more)."""
+    if a.shape[-1] > SMALL_INNER:
+        return a @ b
+    out = a[..., :1] * b[..., :1, :]
+    for j in range(1, a.shape[-1]):
+        out.addcmul_(a[..., j:j + 1], b[..., j:j + 1, :])
+    return out
+
+
 class _LogBlockSums(torch.autograd.Function):
     """Numerators (and, in the last column, denominators) of one padded block of
     ``L = 2^k`` positions, :func:`log_block_sums`. The forward keeps the factors of
@@ -118,7 +132,7 @@ class _LogBlockSums(torch.autograd.Function):
         factors = []
         for s, e, kd in levels:
             pq, pk = e.sub_(_halves(c, s, 1)).exp_(), kd.exp_()
-            _halves(out, s, 1).add_((pq @ pk.transpose(-2, -1)) @ _halves(v1, s, 0))
+            _halves(out, s, 1).add_(_mm(pq @ pk.transpose(-2, -1), _halves(v1, s, 0)))
             factors += [pq, pk]
         return (out, c, ed, *factors)
 
@@ -147,9 +161,9 @@ class _LogBlockSums(torch.autograd.Function):
             gq, vh = _halves(grad, s, 1), _halves(v1, s, 0)
             d_alpha = gq @ vh.transpose(-2, -1)  # (..., L / 2s, s, s)
             alpha = pq @ pk.transpose(-2, -1)
-            _halves(dv, s, 0).add_(alpha.transpose(-2, -1) @ gq)
-            _halves(dq, s, 1).add_((d_alpha @ pk).mul_(pq))
-            _halves(dk, s, 0).add_((d_alpha.transpose(-2, -1) @ pq).mul_(pk))
+            _halves(dv, s, 0).add_(_mm(alpha.transpose(-2, -1), gq))
+            _halves(dq, s, 1).add_(_mm(d_alpha, pk).mul_(pq))
+            _halves(dk, s, 0).add_(_mm(d_alpha.transpose(-2, -1), pq).mul_(pk))
             s //= 2
         return dq, dk, dv, None, None
 
@@ -198,11 +212,11 @@ def log_block_sums(q, k, v, log_gamma, shift=None):
     """
     n = q.shape[-2]
     pad = (1 << (n - 1).bit_length()) - n
-    q, k = F.pad(q, (0, 0, 0, pad)), F.pad(k, (0, 0, 0, pad))
-    v1 = F.pad(torch.cat([v, torch.ones_like(v[..., :1])], -1), (0, 0, 0, pad))
+    v1 = torch.cat([v, torch.ones_like(v[..., :1])], -1)
     if shift is None:
         shift = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)
-    else:
+    if pad:
+        q, k, v1 = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v1))
         shift = F.pad(shift, (0, pad), value=-math.inf)
     out, c, *_ = _LogBlockSums.apply(q, k, v1, shift, float(log_gamma))
     out = out[..., :n, :]
