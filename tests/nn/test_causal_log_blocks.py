@@ -112,7 +112,7 @@ def test_shift_from_elsewhere_is_taken_and_cancels():
 @pytest.mark.parametrize("decay", [None, 0.9])
 def test_a_key_far_above_the_others_leaves_every_output_exact(spike_at, decay):
     """A key 2000 e-folds above the others in one feature: the outputs before it equal the
-    reference's (no later key takes part in a query's shift) and the outputs after it too
+    reference's (no key after a query takes part in its shift) and the outputs after it too
     (each query's largest term is 1), and so do their gradients."""
     inputs = _inputs(21, seed=7, scale=1.0)
     with torch.no_grad():
