@@ -181,8 +181,10 @@ def log_block_sums(q, k, v, log_gamma, shift=None):
     queries) and ``c_i`` the query's shift; the diagonal ``j = i`` is taken elementwise.
     ``c_i`` is the maximum of every exponent the query's row takes (of ``shift`` too),
     so no factor exceeds 1, the largest term of a row is 1, and no key after ``i``
-    takes part in the output at ``i``. Cost ``O(n L (r + d))``, as the masked explicit
-    kernel's products, without its ``n x n x r`` log-domain terms.
+    takes part in the output at ``i``. Cost: matrix products of ``O(n L (r + d))``, as
+    the masked explicit kernel's, and ``O(n r log L)`` elementwise (``log L`` passes
+    over the log-features), without the ``n x n x r`` terms of the block's log-domain
+    kernel. The backward is written out: it reuses every level's factors.
 
     Parameters
     ----------
