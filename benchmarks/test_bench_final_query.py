@@ -55,8 +55,8 @@ STATE = 80
 N_RATIO = {False: 2544, True: 636}
 #: speed-up of the last-position epoch over the whole-sequence one on 2,544 sequences
 #: (docs/performance.rst, group (g))
-SPEEDUP = {"deltanet": 31.2, "gla": 1356, "kernel": 827, "linear": 103, "mamba": 48.7,
-           "positional": 32.2, "retnet": 1046, "softmax": 42.2}
+SPEEDUP = {"deltanet": 31.2, "gla": 1356, "kernel": 150.5, "linear": 47.2, "mamba": 48.7,
+           "positional": 6.1, "retnet": 115.2, "softmax": 42.2}
 #: the full grid's states on the whole family and one epoch of each mixer at each of
 #: them, in seconds (docs/performance.rst, group (g), the full mixers grid)
 GRID_STATES = [40, 79, 80, 160, 320]

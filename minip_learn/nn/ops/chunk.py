@@ -1,5 +1,6 @@
 """Causal normalised kernel attention in chunks: the masked explicit kernel within a
-block, the prefix sketch carried from block to block.
+block (log-features: :func:`log_block_sums`, its halves' matrix products), the prefix
+sketch carried from block to block.
 
 Position ``i`` attends to the keys ``j <= i``, optionally with RetNet's decay,
 ``alpha_ij = gamma^(i-j) <phi_Q(x_i), phi_K(x_j)>`` (position-dependent maps
@@ -14,6 +15,7 @@ token-by-token form is :mod:`minip_learn.nn.ops.recurrent`, the quadratic refere
 import math
 
 import torch
+import torch.nn.functional as F
 
 from ._layout import finite_or_zero
 from .kernel import affine_readout, apply_rank_mask, kernel_readout, log_kernel
@@ -28,12 +30,16 @@ __all__ = [
     "causal_attend",
     "causal_head_output",
     "chunked_sums",
+    "log_block_sums",
     "masked_kernel",
 ]
 
 #: Positions per block of :func:`causal_attend`: within a block the masked explicit
 #: kernel, between blocks the carried prefix sketch.
 CAUSAL_CHUNK = 32
+#: Products over at most this many positions (the finest halves of
+#: :func:`log_block_sums`) are summed outer products, not batched matrix products.
+SMALL_INNER = 4
 
 
 def masked_kernel(fq, fk, spec):
@@ -70,6 +76,153 @@ def masked_kernel(fq, fk, spec):
     la = log_kernel(fq, fk) + decayed_mask(n, spec.log_gamma, log=True, dtype=fq.dtype,
                                            device=fq.device)
     return torch.exp(la - finite_or_zero(la.amax(-1).detach()).unsqueeze(-1))
+
+
+def _halves(t, s, half):
+    """The first (``half`` 0) or second (1) halves of the pairs of ``s`` positions of
+    ``t`` (..., L, x): a view of shape (..., L / 2s, s, x)."""
+    return t.unflatten(-2, (-1, 2, s))[..., half, :, :]
+
+
+def _level_exponents(q, k, s, log_gamma):
+    """The level of halves of ``s`` positions: the exponents ``lq_i + M`` of the second
+    halves' queries and ``lk_j - M`` of the first halves' keys, ``M`` the keys' maximum
+    per feature (a constant), the decay from the offsets within the pair (``(i - j) log
+    gamma = (i' + 1) log gamma + (s - 1 - j') log gamma``)."""
+    kh, qh = _halves(k, s, 0), _halves(q, s, 1)
+    if log_gamma:
+        kh = kh + position_decay(s, log_gamma, 0, k.dtype, k.device, log=True, reverse=True)
+        qh = qh + position_decay(s, log_gamma, 1, q.dtype, q.device, log=True)
+    # a feature no key uses (-inf) takes the least finite maximum: exp gives exact zeros
+    m = kh.amax(-2, keepdim=True).clamp_min(torch.finfo(kh.dtype).min)
+    return qh + m, kh - m
+
+
+def _mm(a, b):
+    """``a @ b``; over an inner dimension of at most ``SMALL_INNER`` as a sum of outer
+    products (a batched product of so thin matrices costs several times more)."""
+    if a.shape[-1] > SMALL_INNER:
+        return a @ b
+    out = a[..., :1] * b[..., :1, :]
+    for j in range(1, a.shape[-1]):
+        out.addcmul_(a[..., j:j + 1], b[..., j:j + 1, :])
+    return out
+
+
+class _LogBlockSums(torch.autograd.Function):
+    """Numerators (and, in the last column, denominators) of one padded block of
+    ``L = 2^k`` positions, :func:`log_block_sums`. The forward keeps the factors of
+    every level (further outputs, not differentiable) and the backward accumulates
+    level by level in place; the shift ``c`` and the maxima ``M`` are constants."""
+
+    @staticmethod
+    def forward(q, k, v1, shift, log_gamma):
+        ed = q + k
+        c = torch.maximum(ed.amax(-1), shift).unsqueeze(-1)
+        levels, s = [], q.shape[-2] // 2
+        while s >= 1:
+            e, kd = _level_exponents(q, k, s, log_gamma)
+            ch = _halves(c, s, 1)
+            torch.maximum(ch, e.amax(-1, keepdim=True), out=ch)
+            levels.append((s, e, kd))
+            s //= 2
+        c = finite_or_zero(c)
+        ed = ed.sub_(c).exp_()
+        out = ed.sum(-1, keepdim=True) * v1
+        factors = []
+        for s, e, kd in levels:
+            pq, pk = e.sub_(_halves(c, s, 1)).exp_(), kd.exp_()
+            _halves(out, s, 1).add_(_mm(pq @ pk.transpose(-2, -1), _halves(v1, s, 0)))
+            factors += [pq, pk]
+        return (out, c, ed, *factors)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[2], *output[2:])
+        ctx.mark_non_differentiable(*output[1:])
+
+    @staticmethod
+    def vmap(info, in_dims, q, k, v1, shift, log_gamma):
+        # the member (vmapped) dimension is one more leading dimension
+        q, k, v1, shift = (t.movedim(d, 0) if d is not None
+                           else t.expand(info.batch_size, *t.shape)
+                           for t, d in zip((q, k, v1, shift), in_dims))
+        out = _LogBlockSums.apply(q, k, v1, shift, log_gamma)
+        return out, (0,) * len(out)
+
+    @staticmethod
+    def backward(ctx, grad, *_):
+        v1, ed, *factors = ctx.saved_tensors
+        dq = ed * (grad * v1).sum(-1, keepdim=True)
+        dk = dq.clone()
+        dv = ed.sum(-1, keepdim=True) * grad
+        s = v1.shape[-2] // 2
+        for pq, pk in zip(factors[::2], factors[1::2]):
+            gq, vh = _halves(grad, s, 1), _halves(v1, s, 0)
+            d_alpha = gq @ vh.transpose(-2, -1)  # (..., L / 2s, s, s)
+            alpha = pq @ pk.transpose(-2, -1)
+            _halves(dv, s, 0).add_(_mm(alpha.transpose(-2, -1), gq))
+            _halves(dq, s, 1).add_(_mm(d_alpha, pk).mul_(pq))
+            _halves(dk, s, 0).add_(_mm(d_alpha.transpose(-2, -1), pq).mul_(pk))
+            s //= 2
+        return dq, dk, dv, None, None
+
+
+def log_block_sums(q, k, v, log_gamma, shift=None):
+    """Numerators ``(..., n, d)`` and denominators ``(..., n)`` of causal (decayed)
+    attention of log-features within one block, each query shifted by its maximum over
+    the keys it sees, with matrix products.
+
+    The block (padded with zeros to ``L = 2^k >= n`` positions; a padded key comes
+    after every real query) is split into halves, quarters, ... down to single
+    positions: at the level of halves of ``s`` positions, the queries of each second
+    half take the keys of the first half before them, ``exp(lq_i + M - c_i) exp(lk_j -
+    M)^T``, with ``M`` the maximum per feature over those keys alone (all before the
+    queries) and ``c_i`` the query's shift; the diagonal ``j = i`` is taken elementwise.
+    ``c_i`` is the maximum of every exponent the query's row takes (of ``shift`` too),
+    so no factor exceeds 1, the largest term of a row is 1, and no key after ``i``
+    takes part in the output at ``i``. Cost: matrix products of ``O(n L (r + d))``, as
+    the masked explicit kernel's, and ``O(n r log L)`` elementwise (``log L`` passes
+    over the log-features), without the ``n x n x r`` terms of the block's log-domain
+    kernel. The backward is written out: it reuses every level's factors.
+
+    Parameters
+    ----------
+    q, k : Tensor of shape (..., n, r)
+        Log-features, a rank mask already applied (``-inf`` for a feature not in use).
+    v : Tensor of shape (..., n, d)
+    log_gamma : float
+        ``log gamma <= 0``; 0.0 for no decay.
+    shift : Tensor of shape (..., n), default=None
+        Exponents the queries take elsewhere (the prefix state's), included in ``c``.
+
+    Returns
+    -------
+    num : Tensor of shape (..., n, d)
+    den : Tensor of shape (..., n)
+    c : Tensor of shape (..., n, 1)
+        The shift of each query (finite, detached).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn.ops.chunk import log_block_sums
+    >>> num, den, c = log_block_sums(torch.zeros(1, 3, 1), torch.zeros(1, 3, 1),
+    ...                              torch.tensor([[[0.0], [3.0], [6.0]]]), 0.0)
+    >>> num[..., 0] / den  # prefix means
+    tensor([[0.0000, 1.5000, 3.0000]])
+    """
+    n = q.shape[-2]
+    pad = (1 << (n - 1).bit_length()) - n
+    v1 = torch.cat([v, torch.ones_like(v[..., :1])], -1)
+    if shift is None:
+        shift = torch.full(q.shape[:-1], -math.inf, dtype=q.dtype, device=q.device)
+    if pad:
+        q, k, v1 = (F.pad(t, (0, 0, 0, pad)) for t in (q, k, v1))
+        shift = F.pad(shift, (0, pad), value=-math.inf)
+    out, c, *_ = _LogBlockSums.apply(q, k, v1, shift, float(log_gamma))
+    out = out[..., :n, :]
+    return out[..., :-1], out[..., -1], c[..., :n, :]
 
 
 class PrefixSketch:
@@ -130,8 +283,8 @@ class LogPrefixSketch:
     It holds ``exp(a_jk - m_k)`` with ``a_jk = lk_jk + (t0-1-j) log gamma`` and the
     running maximum ``m_k = max_j a_jk``: a new block's keys rescale it by
     ``exp(m_old - m_new) <= 1``, and moving on by ``C`` positions only shifts ``m`` by
-    ``C log gamma``. Within a block the kernel is taken in the log domain
-    (:func:`~minip_learn.nn.ops.kernel.log_kernel`, the keys after a query masked), and
+    ``C log gamma``. Within a block the sums are :func:`log_block_sums` (matrix
+    products over halves of the block, each key before the queries it meets), and
     each query row is shifted by its maximum over the keys it sees in both parts, so
     the output at ``i`` is computed from the tokens up to ``i`` alone.
 
@@ -158,18 +311,13 @@ class LogPrefixSketch:
         """Numerators ``(..., C, d)`` and denominators ``(..., C)`` of the block's
         queries ``q`` (log-features) over the prefix and the block's keys and values,
         each up to one positive scale per query."""
-        C, lg, dtype, device = q.shape[-2], self.log_gamma, q.dtype, q.device
-        # the block's kernel in the log domain, -inf above the diagonal: a key after
-        # the query takes no part in its shift
-        la = log_kernel(q, k) + decayed_mask(C, lg, log=True, dtype=dtype, device=device)
-        c = la.amax(-1).detach()
+        qa = c = None
         if self.S is not None:
             # the state's log-weight for query i: lq_i + (i - t0 + 1) log gamma + m
-            qa = q + position_decay(C, lg, 1, dtype, device, log=True) + self.m.unsqueeze(-2)
-            c = torch.maximum(c, qa.amax(-1).detach())
-        c = finite_or_zero(c).unsqueeze(-1)
-        alpha = torch.exp(la - c)
-        num, den = alpha @ v, alpha.sum(-1)
+            qa = q + position_decay(q.shape[-2], self.log_gamma, 1, q.dtype, q.device,
+                                    log=True) + self.m.unsqueeze(-2)
+            c = qa.amax(-1).detach()
+        num, den, c = log_block_sums(q, k, v, self.log_gamma, c)
         if self.S is not None:
             pq = torch.exp(qa - c)
             num = num + pq @ self.S
@@ -197,8 +345,9 @@ def chunked_sums(fq, fk, v, spec, chunk):
     """Numerators ``(..., N, d)`` and denominators ``(..., N)`` of causal (decayed)
     kernel attention, each up to one positive scale per query.
 
-    A sequence of at most ``chunk`` positions is one :func:`masked_kernel`; longer ones
-    go block by block, the prefix state (:class:`PrefixSketch` or
+    A sequence of at most ``chunk`` positions of plain features is one
+    :func:`masked_kernel`; longer ones, and log-features at any length, go block by
+    block, the prefix state (:class:`PrefixSketch` or
     :class:`LogPrefixSketch`) read by each block and updated with its keys.
 
     Parameters
@@ -226,7 +375,7 @@ def chunked_sums(fq, fk, v, spec, chunk):
     tensor([[1., 2., 3.]])
     """
     N = fq.shape[-2]
-    if N <= chunk:
+    if N <= chunk and not spec.log_domain:
         alpha = masked_kernel(fq, fk, spec)
         return alpha @ v, alpha.sum(-1)
     state = (LogPrefixSketch if spec.log_domain else PrefixSketch)(spec.log_gamma)
@@ -257,8 +406,9 @@ def causal_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_dom
     phi(x)``, computed from the relative offsets ``i - j >= 0`` only (never
     ``gamma^-j`` itself, which overflows for long sequences).
 
-    Sequences of at most ``chunk_size`` positions use the masked explicit kernel;
-    longer ones go block by block: the masked explicit kernel within a block of
+    Sequences of at most ``chunk_size`` positions use the masked explicit kernel
+    (log-features: :func:`log_block_sums`, without the ``n x n x r`` terms of the
+    log-domain kernel); longer ones go block by block: the same within a block of
     ``chunk_size`` positions and the prefix sketch ``S = sum_j gamma^(.) phi_K(x_j)
     v_j^T``, ``s = sum_j gamma^(.) phi_K(x_j)`` carried from block to block (memory
     ``O(N (r + d) + chunk_size^2 + r d)`` per sequence, cost ``O(N (chunk_size + r) d)``
@@ -308,10 +458,11 @@ def causal_head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3, decay=No
                        log_domain=False, mask=None, chunk_size=None):
     """Output ``y_i = <w(x_i), u_i> + b(x_i)`` of a causal head (:func:`causal_attend`).
 
-    Sequences of one block fold the readout into the masked explicit kernel
-    (:func:`~minip_learn.nn.ops.kernel.kernel_readout` of the kernel and of
+    Sequences of one block of plain features fold the readout into the masked explicit
+    kernel (:func:`~minip_learn.nn.ops.kernel.kernel_readout` of the kernel and of
     ``<w(x_i), v(x_j)>``), as :func:`~minip_learn.nn.ops.kernel.head_output` does for
-    short sequences.
+    short sequences; log-features go through :func:`causal_attend` (its blocks'
+    matrix products, :func:`log_block_sums`) at every length.
 
     Parameters
     ----------
@@ -339,7 +490,7 @@ def causal_head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3, decay=No
     tensor([[0.0000, 1.5000, 3.0000]])
     """
     chunk = _chunk(chunk_size)
-    if v.shape[-2] > chunk:
+    if v.shape[-2] > chunk or log_domain:
         u = causal_attend(phi_q, phi_k, v, nonnegative=nonnegative, eps=eps, decay=decay,
                           log_domain=log_domain, mask=mask, chunk_size=chunk)
         return affine_readout(w, b, u)
