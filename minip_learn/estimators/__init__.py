@@ -5,7 +5,7 @@ The estimators are thin: ``__init__`` stores friendly hyperparameters (``rank=``
 ``feature_map=``, ``score_dim=`` ...); ``fit`` checks them and the data once and
 trains the torch head of :mod:`minip_learn.nn` through the training pipeline of
 :mod:`minip_learn.training` (a single fit is a stack of one member;
-``fit_members`` trains many at once). The fitted skorch net is ``net_`` (history,
+:func:`minip_learn.model_selection.fit_ensemble` trains many at once). The fitted skorch net is ``net_`` (history,
 ``module_``, ``save_params``...). Estimators around hand-set weights come from the
 classmethod ``from_module``.
 
@@ -34,7 +34,7 @@ vocabulary; ``max_epochs=1`` is enough) and then call ``est.net_.load_params``. 
 pickle/joblib for a complete round trip.
 """
 
-from ._base import PREDICT_CHUNK_BYTES
+from ._base import PREDICT_CHUNK_BYTES  # noqa: F401  (importable here, not exported)
 from ._modules import module_declarations
 from ._versions import MinIPVersionWarning
 from .classifier import KernelAttentionClassifier
@@ -43,7 +43,6 @@ from .mixer import SequenceMixerRegressor
 from .softmax import SoftmaxAttentionRegressor
 
 __all__ = [
-    "PREDICT_CHUNK_BYTES",
     "KernelAttentionClassifier",
     "KernelAttentionRegressor",
     "MinIPVersionWarning",

@@ -24,12 +24,12 @@ import torch
 from torch import nn
 
 from .._validation import check_params
-from .attention import affine_readout
 from .feature_maps import get_feature_map
 from .heads import KernelAttentionHead
+from .ops import affine_readout
 from .readout import AffineReadout
 
-__all__ = ["KernelAttentionModel", "MLPReadout"]
+__all__ = []  # exported by minip_learn.nn
 
 _READOUTS = ("affine", "mlp")
 

@@ -17,7 +17,7 @@ from torch import nn
 from ..ops.masks import decayed_scores
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
-__all__ = ["GatedLinearAttentionMixer", "GatedMaps"]
+__all__ = []  # exported by minip_learn.nn.mixers
 
 
 @dataclass(frozen=True)
