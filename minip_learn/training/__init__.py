@@ -46,12 +46,9 @@ from ._net import (  # noqa: F401  (the helpers: importable here, not exported)
 )
 
 __all__ = [
-    "BatchIterator",
     "LastPositionLoss",
     "MemberLoss",
-    "MinIPHistory",
     "MinIPNet",
-    "ProgressBar",
     "StopWhenSolved",
     "build_net",
     "train_members",
