@@ -16,7 +16,7 @@ from ..nn.mixers import (
 from ._base import AttentionEstimator, AttentionRegressorMixin
 from ._modules import build_and_check
 
-__all__ = []  # exported by minip_learn.estimators
+__all__ = []  # public home: the package minip_learn.estimators
 
 
 def _check_mixer(value, name):

@@ -58,7 +58,7 @@ from ._scaling_report import (  # noqa: F401  (SUMMARY_COLUMNS, growth_fit: impo
 from ._scaling_search import construction_route, largest_below, training_route
 from ._shared import Recipe
 
-__all__ = []  # exported by minip_learn.experiments
+__all__ = []  # public home: the package minip_learn.experiments
 
 #: The recipe's grids and training settings: ``SETTINGS["quick"|"full"]``.
 SETTINGS = {

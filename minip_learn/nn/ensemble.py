@@ -57,7 +57,7 @@ from .._validation import distinct_tokens
 from . import ops
 from .final_query import last_kwargs, last_output
 
-__all__ = []  # exported by minip_learn.nn
+__all__ = []  # public home: the package minip_learn.nn
 
 PATHS = ("fused-pairs", "fused-positions", "generic", "single")
 

@@ -32,7 +32,7 @@ from torch import nn
 
 from ._registry import Registry, UserModule
 
-__all__ = []  # exported by minip_learn.nn
+__all__ = []  # public home: the package minip_learn.nn
 
 
 def _encoder(n_in, n_out, width, depth):

@@ -35,7 +35,7 @@ from . import ops
 from .feature_maps import get_feature_map, make_feature_map
 from .readout import AffineReadout, ValueMap
 
-__all__ = []  # exported by minip_learn.nn
+__all__ = []  # public home: the package minip_learn.nn
 
 
 class _Head(nn.Module):

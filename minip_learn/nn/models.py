@@ -29,7 +29,7 @@ from .heads import KernelAttentionHead
 from .ops import affine_readout
 from .readout import AffineReadout
 
-__all__ = []  # exported by minip_learn.nn
+__all__ = []  # public home: the package minip_learn.nn
 
 _READOUTS = ("affine", "mlp")
 

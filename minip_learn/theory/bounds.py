@@ -28,7 +28,7 @@ import numpy as np
 
 from .._validation import check_int
 
-__all__ = []  # exported by minip_learn.theory
+__all__ = []  # public home: the package minip_learn.theory
 
 
 def _check_seq_len_gap(seq_len, gap):

@@ -19,7 +19,7 @@ from sklearn.utils import check_random_state
 
 from .._validation import check_int
 
-__all__ = []  # exported by minip_learn.theory
+__all__ = []  # public home: the package minip_learn.theory
 
 
 def _is_prime(q):

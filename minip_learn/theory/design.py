@@ -40,7 +40,7 @@ from .bounds import rank_from_denominators, rank_from_sums, resolve_near_integer
 from .certify import certify
 from .codes import hadamard_orders, product_code
 
-__all__ = []  # exported by minip_learn.theory
+__all__ = []  # public home: the package minip_learn.theory
 
 #: ladder gaps tried when a design chooses its own (None = a single step)
 LADDER_GAPS = (None, 2, 3, 4, 5, 6, 7, 8)

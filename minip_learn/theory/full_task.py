@@ -38,7 +38,7 @@ from .design import LADDER_GAPS, block_designs, witness_family
 from .exact import complement_closed_code
 from .verify import verify_certificate
 
-__all__ = []  # exported by minip_learn.theory
+__all__ = []  # public home: the package minip_learn.theory
 
 #: the most bits of :func:`full_task_tokens` (2^16 tokens)
 FULL_TASK_MAX_BITS = 16

@@ -18,7 +18,7 @@ from ..ops.chunk import CAUSAL_CHUNK
 from ..ops.masks import causal_part
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
-__all__ = []  # exported by minip_learn.nn.mixers
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from torch import nn
 from ..ops.masks import decayed_scores
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
-__all__ = []  # exported by minip_learn.nn.mixers
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from ..feature_maps import get_feature_map
 from ..heads import KernelAttentionHead
 from ._base import HeadMixer, register_mixer
 
-__all__ = []  # exported by minip_learn.nn.mixers
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 class KernelHeadMixer(HeadMixer):

@@ -25,7 +25,7 @@ from torch.autograd.function import once_differentiable
 from ..ops.masks import decayed_scores
 from ._base import Mixer, TokenMaps, register_mixer
 
-__all__ = []  # exported by minip_learn.nn.mixers
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 #: floats of one block of decays ``exp(A S)`` in :func:`selective_readouts` (4 MiB in

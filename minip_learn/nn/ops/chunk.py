@@ -21,7 +21,7 @@ from .masks import decayed_mask, position_decay
 from .pair import pairwise_dots
 from .spec import AttentionSpec
 
-__all__ = []  # exported by minip_learn.nn.ops
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 #: Positions per block of :func:`causal_attend`: within a block the masked explicit
 #: kernel, between blocks the carried prefix sketch.

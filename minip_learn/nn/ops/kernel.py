@@ -19,7 +19,7 @@ from ._layout import back, front
 from .pair import LOOP_TOKENS, pairwise_dots
 from .spec import guard_denominator
 
-__all__ = []  # exported by minip_learn.nn.ops
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def attention_features(fq, fk, *, log_domain, mask=None):

@@ -14,7 +14,7 @@ import torch
 from .kernel import affine_readout, attend, attention_features
 from .masks import log_decay
 
-__all__ = []  # exported by minip_learn.nn.ops
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def _last_features(fq, fk, *, decay, log_domain, mask):

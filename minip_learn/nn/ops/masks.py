@@ -21,7 +21,7 @@ import math
 
 import torch
 
-__all__ = []  # exported by minip_learn.nn.ops
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 #: Most elements of one (query block x keys x features) decay tensor of
 #: :func:`decayed_scores`: longer sequences are taken a block of queries at a time.

@@ -16,7 +16,7 @@ import torch
 from ._layout import back, front
 from .spec import AttentionSpec
 
-__all__ = []  # exported by minip_learn.nn.ops
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 #: below this many tokens per sequence :func:`pairwise_dots` loops over token pairs
 LOOP_TOKENS = 8

@@ -18,7 +18,7 @@ from ._layout import finite_or_zero
 from .kernel import apply_rank_mask
 from .spec import AttentionSpec
 
-__all__ = []  # exported by minip_learn.nn.ops
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def recurrent_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_domain=False,

@@ -11,7 +11,7 @@ import torch
 
 from .masks import causal_mask
 
-__all__ = []  # exported by minip_learn.nn.ops
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def softmax_weights(scores, counts=None, *, causal=False):

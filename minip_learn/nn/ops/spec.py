@@ -14,7 +14,7 @@ import torch
 
 from .masks import log_decay
 
-__all__ = []  # exported by minip_learn.nn.ops
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def guard_denominator(den, *, nonnegative, eps=1e-3):

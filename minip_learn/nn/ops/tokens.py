@@ -16,7 +16,7 @@ import torch
 
 from .spec import guard_denominator
 
-__all__ = []  # exported by minip_learn.nn.ops
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 #: the widest 0/1 token that one ``int64`` code holds
 MAX_CODE_BITS = 62
