@@ -30,7 +30,3 @@ def __getattr__(name):
             f"minip_learn.nn.ops.{name} instead.", FutureWarning, stacklevel=2)
         return getattr(ops, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted({*globals(), *_MOVED})
