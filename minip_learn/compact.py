@@ -34,7 +34,7 @@ import numpy as np
 
 from . import bits
 from ._io import read_family_file
-from ._validation import (
+from ._validation import (  # noqa: F401  (MAX_SEQ_LEN: importable here)
     MAX_SEQ_LEN,
     check_binary,
     check_family,
@@ -43,9 +43,11 @@ from ._validation import (
     distinct_tokens,
 )
 
-__all__ = ["MATERIALIZE_MAX_BYTES", "MAX_FAMILY_BYTES", "MAX_SEQ_LEN", "NPZ_FORMAT",
-           "NPZ_VERSION", "CompactFamily", "is_compact", "load_family", "merge_slots",
-           "smallest_int_dtype", "token_ids"]
+#: The limits and format markers (``MAX_FAMILY_BYTES``, ``MAX_SEQ_LEN``, ``NPZ_FORMAT``,
+#: ``NPZ_VERSION``, ``MATERIALIZE_MAX_BYTES``) and the helpers ``merge_slots``,
+#: ``token_ids`` and ``smallest_int_dtype`` are importable from here without being
+#: exported.
+__all__ = ["CompactFamily", "is_compact", "load_family"]
 
 #: names of :mod:`minip_learn.bits` still importable from here, with a FutureWarning
 _MOVED_TO_BITS = ("index_dtype", "overlap_words", "pack_tokens")
@@ -425,7 +427,27 @@ def merge_slots(token_ids, counts):
 
 
 def is_compact(X):
-    """Whether ``X`` is a :class:`CompactFamily`."""
+    """Whether ``X`` is a :class:`CompactFamily`.
+
+    Parameters
+    ----------
+    X : object
+        A training or prediction input.
+
+    Returns
+    -------
+    bool
+        True for a family in multiset form, False for anything else (arrays of
+        sequences included).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from minip_learn.compact import CompactFamily, is_compact
+    >>> X = np.array([[[0, 1], [1, 1]], [[1, 0], [1, 0]]])
+    >>> is_compact(CompactFamily.from_sequences(X)), is_compact(X)
+    (True, False)
+    """
     return isinstance(X, CompactFamily)
 
 

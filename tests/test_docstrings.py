@@ -6,21 +6,16 @@ The examples themselves run as doctests (pytest collects ``minip_learn`` with
 
 import importlib
 import inspect
+import pkgutil
 
 import pytest
 
-PUBLIC_MODULES = [
-    "minip_learn",
-    "minip_learn.datasets",
-    "minip_learn.nn",
-    "minip_learn.metrics",
-    "minip_learn.bits",
-    "minip_learn.model_selection",
-    "minip_learn.theory",
-    "minip_learn.plotting",
-    "minip_learn.experiments",
-    "minip_learn.cli",
-]
+import minip_learn
+
+#: Every public module: no component of its dotted path starts with ``_``.
+PUBLIC_MODULES = ["minip_learn"] + sorted(
+    info.name for info in pkgutil.walk_packages(minip_learn.__path__, "minip_learn.")
+    if not any(part.startswith("_") for part in info.name.split(".")))
 
 
 def _public_objects():

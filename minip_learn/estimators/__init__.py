@@ -5,7 +5,7 @@ The estimators are thin: ``__init__`` stores friendly hyperparameters (``rank=``
 ``feature_map=``, ``score_dim=`` ...); ``fit`` checks them and the data once and
 trains the torch head of :mod:`minip_learn.nn` through the training pipeline of
 :mod:`minip_learn.training` (a single fit is a stack of one member;
-``fit_members`` trains many at once). The fitted skorch net is ``net_`` (history,
+:func:`minip_learn.model_selection.fit_ensemble` trains many at once). The fitted skorch net is ``net_`` (history,
 ``module_``, ``save_params``...). Estimators around hand-set weights come from the
 classmethod ``from_module``.
 
@@ -27,7 +27,7 @@ runs code from its file, and the library itself never writes or reads one. skorc
 hyperparameters, the fitted attributes or the architecture.
 """
 
-from ._base import PREDICT_CHUNK_BYTES
+from ._base import PREDICT_CHUNK_BYTES  # noqa: F401  (importable here, not exported)
 from ._modules import module_declarations
 from ._saving import load_estimator, save_estimator
 from ._versions import MinIPVersionWarning
@@ -37,7 +37,6 @@ from .mixer import SequenceMixerRegressor
 from .softmax import SoftmaxAttentionRegressor
 
 __all__ = [
-    "PREDICT_CHUNK_BYTES",
     "KernelAttentionClassifier",
     "KernelAttentionRegressor",
     "MinIPVersionWarning",

@@ -531,6 +531,16 @@ class AttentionEstimator(BaseEstimator):
     def fit_members(self, X, y, params, *, progress=False):
         """Fit ``clone(self).set_params(**p)`` for every ``p`` in ``params`` at once.
 
+        The estimator's side of stacked training: users call
+        :func:`minip_learn.model_selection.fit_ensemble`, the one public route, which
+        builds ``params`` from ranks (or state sizes) and seeds, calls this method and
+        adds each member's epochs, solving and fit time;
+        :func:`~minip_learn.model_selection.rank_sweep` with ``ensemble=True`` runs
+        its fits through :func:`~minip_learn.model_selection.fit_ensemble`. This
+        method is the protocol those tools rely on (an estimator with
+        ``fit_members`` and :attr:`member_params` can be stacked), as scikit-learn's
+        model-selection tools rely on ``fit``.
+
         The members are initialised exactly as their own ``fit`` would initialise
         them and trained together, full-batch, as one stack (see
         :func:`minip_learn.training.train_members`): each with its own stopping and
@@ -577,6 +587,12 @@ class AttentionEstimator(BaseEstimator):
         ...                              {"rank": 4, "random_state": 0}])
         >>> [e.rank for e in res.estimators], res.n_members
         ([1, 4], 2)
+
+        The same members through the public route:
+
+        >>> from minip_learn.model_selection import fit_ensemble
+        >>> fit_ensemble(est, X, y, ranks=[1, 4], seeds=[0]).params
+        [{'rank': 1, 'random_state': 0}, {'rank': 4, 'random_state': 0}]
         """
         params = [dict(p) for p in params]
         if not params:

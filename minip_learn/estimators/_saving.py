@@ -374,6 +374,19 @@ def load_estimator(path, *, device=None):
         When the file is not a saved estimator, is damaged or was changed after it was
         written, names a class that is not the library's, or was saved by a version with
         hyperparameters this one lacks; the message names the file.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from minip_learn import SequenceMixerRegressor
+    >>> from minip_learn.datasets import make_minip
+    >>> from minip_learn.estimators import load_estimator, save_estimator
+    >>> X, y = make_minip(16, seq_len=4, n_bits=4, random_state=0)
+    >>> est = SequenceMixerRegressor("gla", state_size=4, max_epochs=3).fit(X, y)
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "mixer.safetensors"
+    >>> loaded = load_estimator(save_estimator(est, path))
+    >>> loaded.mixer, loaded.n_epochs_, bool((loaded.predict(X) == est.predict(X)).all())
+    ('gla', 3, True)
     """
     metadata, tensors = _read(path)
     try:

@@ -11,7 +11,7 @@ from ..compact import is_compact
 from ._base import ExactMatchScore, data_doc
 from .kernel import KernelAttentionBase
 
-__all__ = ["KernelAttentionClassifier"]
+__all__ = []  # public home: the package minip_learn.estimators
 
 
 class _TokenCrossEntropy(torch.nn.Module):

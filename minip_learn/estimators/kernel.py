@@ -10,12 +10,12 @@ from ..nn import (
     check_feature_map_output,
     get_feature_map,
 )
-from ..nn.attention import CAUSAL_CHUNK
 from ..nn.feature_maps import is_registered
+from ..nn.ops import CAUSAL_CHUNK
 from ._base import AttentionEstimator, AttentionRegressorMixin
 from ._modules import build_and_check
 
-__all__ = ["KernelAttentionRegressor"]
+__all__ = []  # public home: the package minip_learn.estimators
 
 
 def _check_feature_map(value, name):

@@ -16,7 +16,7 @@ from ..nn.mixers import (
 from ._base import AttentionEstimator, AttentionRegressorMixin
 from ._modules import build_and_check
 
-__all__ = ["SequenceMixerRegressor"]
+__all__ = []  # public home: the package minip_learn.estimators
 
 
 def _check_mixer(value, name):
@@ -58,7 +58,8 @@ class SequenceMixerRegressor(AttentionRegressorMixin, AttentionEstimator):
     Training, restarts (``n_init``), stopping (``stop_tolerance``) and callbacks are
     those of the attention heads (:func:`~minip_learn.training.train_members`), and so
     are final-query targets (a ``y`` of shape ``(n_samples,)`` for 3-D ``X``: the
-    loss reads the last position only). ``fit_members`` trains several seeds of a
+    loss reads the last position only).
+    :func:`~minip_learn.model_selection.fit_ensemble` trains several seeds of a
     registered mixer as one stack; a user's module trains one by one. Mixers read the
     order of the tokens, so ``X`` must hold materialised sequences (no
     :class:`~minip_learn.compact.CompactFamily`).

@@ -3,7 +3,7 @@
 from ..nn import SoftmaxAttentionHead
 from ._base import AttentionEstimator, AttentionRegressorMixin
 
-__all__ = ["SoftmaxAttentionRegressor"]
+__all__ = []  # public home: the package minip_learn.estimators
 
 
 class SoftmaxAttentionRegressor(AttentionRegressorMixin, AttentionEstimator):

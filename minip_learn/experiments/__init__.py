@@ -43,7 +43,6 @@ folder holds ``provenance.json``: library version, git commit, command
 import importlib
 
 __all__ = [
-    "DOCS_ARTIFACTS",
     "EXPERIMENTS",
     "SETTINGS",
     "beyond_experiment",
@@ -57,7 +56,6 @@ __all__ = [
     "markdown_table",
     "mixers_experiment",
     "ood_experiment",
-    "recorded_command",
     "run_experiment",
     "scaling_checks",
     "scaling_experiment",

@@ -13,7 +13,7 @@ from ..datasets import make_witness_suite
 from ..estimators import KernelAttentionClassifier, KernelAttentionRegressor
 from ._shared import Recipe, display, fmt, report, settings_text, theorem_text
 
-__all__ = ["SETTINGS", "beyond_experiment"]
+__all__ = []  # public home: the package minip_learn.experiments
 
 
 def _variants(taylor_ranks):

@@ -18,7 +18,7 @@ from ..metrics import verify_solver, within_tolerance
 from ._exact_sizes import SizeFailed, in_fresh_process
 from ._shared import Recipe, display, fmt, markdown_table, report, settings_text
 
-__all__ = ["SETTINGS", "SUMMARY_COLUMNS", "exact_checks", "exact_experiment"]
+__all__ = []  # public home: the package minip_learn.experiments
 
 #: The columns of ``summary.csv``, one row per size.
 SUMMARY_COLUMNS = (

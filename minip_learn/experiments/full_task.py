@@ -45,7 +45,7 @@ from ._full_task_solvers import (
 )
 from ._shared import Recipe, display, fmt, markdown_table, report, settings_text
 
-__all__ = ["SETTINGS", "SUMMARY_COLUMNS", "full_task_checks", "full_task_experiment"]
+__all__ = []  # public home: the package minip_learn.experiments
 
 #: The columns of ``summary.csv``, one row per size ``m``.
 SUMMARY_COLUMNS = (

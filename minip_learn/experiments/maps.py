@@ -18,7 +18,7 @@ from ..metrics import sequence_exact_match
 from ..nn import available_feature_maps, get_feature_map
 from ._shared import Recipe, display, fmt, report, settings_text, theorem_text
 
-__all__ = ["SETTINGS", "maps_experiment"]
+__all__ = []  # public home: the package minip_learn.experiments
 
 #: The grids and training settings: ``SETTINGS["quick" | "full"]``. ``maps=None``
 #: means every registered map. A map whose rank has a form (``taylor``, ``dpfp``,

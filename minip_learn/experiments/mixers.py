@@ -22,7 +22,7 @@ from ..estimators import SequenceMixerRegressor
 from ..nn import available_mixers, get_mixer
 from ._shared import Recipe, display, fmt, report, settings_text
 
-__all__ = ["SETTINGS", "mixers_experiment", "state_grid"]
+__all__ = []  # public home: the package minip_learn.experiments
 
 #: the kernel-attention mixers take the table map, the theorem's arbitrary map
 _TABLE = {name: {"feature_map": "table"} for name in ("kernel", "retnet", "positional")}

@@ -13,7 +13,7 @@ from ..estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from ..metrics import max_abs_error, sequence_exact_match, solved, token_accuracy
 from ._shared import Recipe, display, fmt, report, settings_text
 
-__all__ = ["SETTINGS", "ood_experiment"]
+__all__ = []  # public home: the package minip_learn.experiments
 
 #: The grids and training settings: ``SETTINGS["quick" | "full"]``. The kernel map is
 #: parametric ("exp": exp of a learnable affine map of the token; "table" has no

@@ -18,7 +18,7 @@ from ..estimators import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from ..model_selection import summarize_sweep
 from ._shared import Recipe, display_summary, report, settings_text
 
-__all__ = ["SETTINGS", "witness_experiment"]
+__all__ = []  # public home: the package minip_learn.experiments
 
 #: The grids and training settings: ``SETTINGS["quick" | "full"]``.
 SETTINGS = {

@@ -1,11 +1,14 @@
 """Batched ensembles: many fits of one estimator (seeds x ranks) trained as one model.
 
-:func:`fit_ensemble` fits ``clone(estimator).set_params(rank=r, random_state=s)`` for
-every rank ``r`` and seed ``s`` at once, through the estimator's public
-``fit_members``: every member's head is initialised exactly as ``fit`` initialises
-it, and the heads train as one stack (see :func:`minip_learn.training.train_members`),
-each member with its own stopping and restarts. Every member comes back as an
-ordinary fitted estimator.
+:func:`fit_ensemble` is the one public route into stacked training. It fits
+``clone(estimator).set_params(rank=r, random_state=s)`` for every rank ``r`` and seed
+``s`` at once, through the estimator's public ``fit_members`` (the protocol of
+stacking, as ``fit`` is the protocol of scikit-learn's model-selection tools): every
+member's head is initialised exactly as ``fit`` initialises it, and the heads train as
+one stack (see :func:`minip_learn.training.train_members`), each member with its own
+stopping and restarts. Every member comes back as an ordinary fitted estimator.
+:func:`~minip_learn.model_selection.rank_sweep` with ``ensemble=True`` groups its fits
+and runs each group through :func:`fit_ensemble`.
 """
 
 import numbers
@@ -70,6 +73,13 @@ def fit_ensemble(estimator, X, y, *, ranks=None, seeds=(0, 1, 2), params=None,
     """Fit one estimator for many seeds (and ranks or state sizes) at once, as one
     batched model.
 
+    This is the one route into stacked training, in the manner of scikit-learn's
+    model-selection functions: it takes an unfitted template and the parameters that
+    vary, and returns the fitted clones. :func:`rank_sweep` with ``ensemble=True`` runs
+    its fits through it. The estimators' ``fit_members`` method is the protocol it
+    calls (``fit_ensemble(est, X, y, params=params)`` returns the members of
+    ``est.fit_members(X, y, params)``, with their epochs, solving and fit time).
+
     Every member ``clone(estimator).set_params(rank=r, random_state=s)`` (for a
     :class:`~minip_learn.SequenceMixerRegressor`, ``state_size=r``) is initialised
     exactly as its own ``fit`` would initialise it; the members are trained together,
@@ -129,7 +139,7 @@ SequenceMixerRegressor
 
     See Also
     --------
-    rank_sweep : With ``ensemble=True``, runs its fits as ensembles.
+    rank_sweep : With ``ensemble=True``, runs its fits through this function.
 
     Notes
     -----

@@ -449,9 +449,11 @@ def rank_sweep(
     ensemble : bool, default=False
         Train the fits that share every swept parameter except ``rank`` (for a
         :class:`~minip_learn.SequenceMixerRegressor`, ``state_size``) and the seed
-        as one batched model (:func:`~minip_learn.model_selection.fit_ensemble`; needs
-        full-batch training, ``batch_size=None``): same results up to floating-point
-        rounding, several times cheaper per fit for small heads. Such groups are split
+        as one batched model, each group a call of
+        :func:`~minip_learn.model_selection.fit_ensemble`, the one route into stacked
+        training (needs full-batch training, ``batch_size=None``): same results up to
+        floating-point rounding, several times cheaper per fit for small heads. Such
+        groups are split
         only to keep ``n_jobs`` workers (or ``devices``) busy. Rows are the same, one per
         fit, with the same ``fit_id`` (resuming mixes both modes); the column
         ``ensemble`` says how a fit was trained, and its ``fit_time`` and
@@ -480,6 +482,7 @@ def rank_sweep(
     See Also
     --------
     summarize_sweep : Solved fraction per rank with a confidence interval.
+    fit_ensemble : The stacked fits that ``ensemble=True`` runs.
     cv_results_to_frame : The same table from a ``GridSearchCV`` run.
     minip_learn.plotting.plot_phase_transition : Plot the summary.
 

@@ -1,14 +1,19 @@
-"""Torch modules: feature maps, the attention arithmetic
-(:mod:`minip_learn.nn.attention`), attention heads and sequence mixers (the package
+"""Torch modules: feature maps, the attention arithmetic (the package
+:mod:`minip_learn.nn.ops`), attention heads and sequence mixers (the package
 :mod:`minip_learn.nn.mixers`, one module per mixer family). Feature maps and mixers are
 selected by name through one registry class (``minip_learn.nn._registry.Registry``).
-No scikit-learn here."""
+No scikit-learn here.
 
-from . import (
-    attention,
-    literature_maps,  # noqa: F401  (registers hedgehog, dpfp, rebased, t2r)
-)
-from ._registry import init_arguments
+This package is the public home of what its modules (``heads``, ``models``,
+``feature_maps``, ...) define: import from ``minip_learn.nn``; the modules export
+nothing of their own but the built-in maps of :mod:`minip_learn.nn.literature_maps`.
+"""
+
+import importlib
+import warnings
+
+from . import literature_maps  # noqa: F401  (registers hedgehog, dpfp, rebased, t2r)
+from ._registry import init_arguments  # noqa: F401  (importable, not exported: save_estimator reads it)
 from .ensemble import HeadEnsemble
 from .feature_maps import (
     FeatureMap,
@@ -21,7 +26,7 @@ from .feature_maps import (
     register_feature_map,
     unregister_feature_map,
 )
-from .final_query import last_kwargs, last_output, takes_last
+from .final_query import last_kwargs, last_output, takes_last  # noqa: F401  (not exported)
 from .heads import AffineReadout, KernelAttentionHead, SoftmaxAttentionHead, ValueMap
 from .mixers import (
     Mixer,
@@ -35,7 +40,7 @@ from .mixers import (
     unregister_mixer,
 )
 from .models import KernelAttentionModel, MLPReadout
-from .splitting import (
+from .splitting import (  # noqa: F401  (importable here, not exported)
     minip_partners,
     reset_optimizer_entries,
     split_shared_features,
@@ -43,9 +48,6 @@ from .splitting import (
 )
 
 __all__ = [
-    "last_kwargs",
-    "last_output",
-    "takes_last",
     "AffineReadout",
     "FeatureMap",
     "HeadEnsemble",
@@ -57,7 +59,6 @@ __all__ = [
     "UserFeatureMap",
     "UserMixer",
     "ValueMap",
-    "attention",
     "available_feature_maps",
     "available_mixers",
     "check_feature_map_output",
@@ -65,16 +66,20 @@ __all__ = [
     "feature_map_table",
     "get_feature_map",
     "get_mixer",
-    "init_arguments",
     "make_feature_map",
     "make_mixer",
-    "minip_partners",
     "mixer_table",
     "register_feature_map",
     "register_mixer",
-    "reset_optimizer_entries",
-    "split_shared_features",
-    "splittable_tables",
     "unregister_feature_map",
     "unregister_mixer",
 ]
+
+
+def __getattr__(name):
+    # the deprecated module minip_learn.nn.attention, imported on first access
+    if name == "attention":
+        warnings.warn("minip_learn.nn.attention is deprecated; its functions are in "
+                      "minip_learn.nn.ops.", FutureWarning, stacklevel=2)
+        return importlib.import_module(f"{__name__}.attention")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,53 +1,32 @@
-"""The arithmetic of normalised kernel attention, written once, under its documented names.
+"""Deprecated: the attention arithmetic is :mod:`minip_learn.nn.ops`.
 
-The functions live in :mod:`minip_learn.nn.ops`, one module per attention form, which
-also writes out their shape conventions (any leading dimensions); this module gives
-them their documented names: every public name of ``ops`` but the quadratic
-references, the spec and the masks the mixers read. A single head
-(:class:`~minip_learn.nn.KernelAttentionHead`) calls them on ``(batch, seq_len, .)``
-tensors; the fused forward of :class:`~minip_learn.nn.HeadEnsemble` calls the same
-functions on ``(members, batch, seq_len, .)`` tensors after computing every member's
-token maps at once.
-
-The formulas are those of the modules of :mod:`minip_learn.nn.ops`: normalised kernel
-attention over whole sequences (explicit kernel or sketch) in
-:mod:`minip_learn.nn.ops.kernel`, the causal forms in :mod:`minip_learn.nn.ops.chunk`
-(:func:`causal_attend`, blocks of :data:`CAUSAL_CHUNK` positions) and
-:mod:`minip_learn.nn.ops.recurrent` (:func:`recurrent_attend`, one token at a time),
-dense softmax attention in :mod:`minip_learn.nn.ops.softmax`. Causal softmax:
-``softmax_weights(..., causal=True)`` and ``softmax_attend(..., causal=True)``.
-
-**Token multiplicities.** A sequence may be given in multiset form: its distinct tokens
-(slots) and how often each occurs (``counts``, shape ``(..., N)``, 0 for a padding slot
-that stands for nothing). Normalised kernel attention and softmax attention without
-positional maps see a sequence only through that multiset: the output at a token is
-
-    u_i = sum_j c_j alpha_ij v_j / sum_j c_j alpha_ij
-
-over the slots ``j`` (softmax: ``log c_j`` added to the scores), which is what the
-materialised sequence, each token repeated ``c_j`` times, gives at every position of
-that token. Every function that sums over keys takes an optional ``counts``; None means
-one occurrence per position and leaves the arithmetic exactly as without it.
-
-Causal attention has no multiset form (a multiset has no order). No scikit-learn in
-this layer.
-
-Examples
---------
->>> import torch
->>> from minip_learn.nn import attention
->>> phi_q, phi_k = attention.attention_features(
-...     torch.zeros(2, 3, 4), torch.zeros(2, 3, 4), log_domain=True)
->>> v = torch.arange(6.0).reshape(1, 3, 2).expand(2, 3, 2)
->>> attention.attend(phi_q, phi_k, v, nonnegative=True)[0, 0]  # uniform weights
-tensor([2., 3.])
+Every name this module gave (``attend``, ``causal_attend``, ``softmax_attend``, ...) is
+still importable from it for this release, with a :class:`FutureWarning` naming its
+home in :mod:`minip_learn.nn.ops`; the module exports nothing.
 """
 
+import warnings
+
 from . import ops
-from .ops import *  # noqa: F403  (the documented names: ``__all__`` below)
 
-#: The names of :mod:`minip_learn.nn.ops` that only it gives: the quadratic references,
-#: the spec and the masks the mixers read.
-_OPS_ONLY = ("AttentionSpec", "causal_part", "decayed_mask", "decayed_scores", "naive")
+#: The names this module gave, each the object of the same name in ``ops``.
+_MOVED = (
+    "CAUSAL_CHUNK", "affine_readout", "attend", "attention_features", "causal_attend",
+    "causal_head_output", "causal_mask", "distinct_token_index", "explicit_kernel",
+    "gathered_last_attend", "guard_denominator", "head_output", "is_short",
+    "kernel_from_log", "kernel_readout", "kernel_values", "last_attend",
+    "last_head_output", "log_decay", "log_kernel", "pair_readout", "pairwise_dots",
+    "recurrent_attend", "recurrent_state", "recurrent_step", "sketch", "softmax_attend",
+    "softmax_weights", "token_scores", "weight_keys",
+)
 
-__all__ = [name for name in ops.__all__ if name not in _OPS_ONLY]
+__all__ = []
+
+
+def __getattr__(name):
+    if name in _MOVED:
+        warnings.warn(
+            f"minip_learn.nn.attention.{name} is deprecated; import "
+            f"minip_learn.nn.ops.{name} instead.", FutureWarning, stacklevel=2)
+        return getattr(ops, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

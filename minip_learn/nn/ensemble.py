@@ -54,10 +54,10 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from .._validation import distinct_tokens
-from . import attention
+from . import ops
 from .final_query import last_kwargs, last_output
 
-__all__ = ["HeadEnsemble"]
+__all__ = []  # public home: the package minip_learn.nn
 
 PATHS = ("fused-pairs", "fused-positions", "generic", "single")
 
@@ -169,7 +169,7 @@ class _PairPlan(NamedTuple):
     rows_t: torch.Tensor  # its transpose (CSR)
     occurring: torch.Tensor  # the token pairs that occur
     n_tokens: int
-    buffers: list  # work buffers of attention.pair_readout, reused step after step
+    buffers: list  # work buffers of ops.pair_readout, reused step after step
 
 
 def _unique_rows(t):
@@ -623,7 +623,7 @@ class HeadEnsemble(nn.Module):
         x = _sequences(x)
         n, N, m = x.shape
         t = self.template
-        if n * N < 4 or not attention.is_short(N, t.rank, t.value_dim):
+        if n * N < 4 or not ops.is_short(N, t.rank, t.value_dim):
             return None
         uniq, inv = _unique_rows(x.reshape(-1, m))
         U = int(uniq.shape[0])
@@ -728,9 +728,9 @@ class HeadEnsemble(nn.Module):
         t = self.template
         x3 = _sequences(x)
         fq, fk, v, w, b = self._token_maps(x, x3, "positions")
-        phi_q, phi_k = attention.attention_features(
+        phi_q, phi_k = ops.attention_features(
             fq, fk, log_domain=t.log_domain, mask=self._mask())
-        out = attention.head_output(phi_q, phi_k, v, w, b, nonnegative=t.nonnegative,
+        out = ops.head_output(phi_q, phi_k, v, w, b, nonnegative=t.nonnegative,
                                     eps=t.denominator_eps,
                                     counts=None if counts is None else counts.reshape(x3.shape[:2]))
         return out.reshape(out.shape[:1] + x.shape[:-1])
@@ -739,9 +739,9 @@ class HeadEnsemble(nn.Module):
         # Few distinct tokens (e.g. a witness suite: 46 tokens at 12,558 positions):
         # every map on the U distinct tokens only, the kernel and the readout-value
         # products <w(u), v(z)> for all U x U token pairs, and the sums over each
-        # position's keys as one sparse product (attention.pair_readout). Log-domain
+        # position's keys as one sparse product (ops.pair_readout). Log-domain
         # features are shifted per feature over all U keys and per query token
-        # (attention.attention_features on the distinct tokens); when that shift leaves
+        # (ops.attention_features on the distinct tokens); when that shift leaves
         # a kernel value of a pair that occurs below the floating-point range, the
         # per-position path (shifted per sequence) computes it instead. Returns None
         # then.
@@ -750,9 +750,9 @@ class HeadEnsemble(nn.Module):
         fq, fk, v, w, b = (z.squeeze(1).contiguous()  # (E, U, .): small, made contiguous
                            for z in self._token_maps(x, plan.tokens[None], "pairs"))
         mask = self._mask()
-        phi_q, phi_k = attention.attention_features(
+        phi_q, phi_k = ops.attention_features(
             fq, fk, log_domain=t.log_domain, mask=None if mask is None else mask[:, 0])
-        alpha = attention.pairwise_dots(phi_q, phi_k).reshape(E, -1)  # (E, U * U)
+        alpha = ops.pairwise_dots(phi_q, phi_k).reshape(E, -1)  # (E, U * U)
         if t.log_domain:
             tiny = torch.finfo(alpha.dtype).tiny / torch.finfo(alpha.dtype).eps
             low = alpha.detach().index_select(1, plan.occurring).amin() < tiny
@@ -760,7 +760,7 @@ class HeadEnsemble(nn.Module):
                 self._underflow = low if self._underflow is None else self._underflow | low
             elif bool(low):
                 return None
-        g = attention.pairwise_dots(w, v)  # (E, U, U): <w(query), v(key)>
+        g = ops.pairwise_dots(w, v)  # (E, U, U): <w(query), v(key)>
         if t.log_domain:
             # every occurring pair's kernel value was just checked to be positive, so
             # every denominator is: the guard is the identity and the query's bias
@@ -769,7 +769,7 @@ class HeadEnsemble(nn.Module):
         rows, rows_t = plan.rows, plan.rows_t
         if rows.dtype != alpha.dtype:
             rows, rows_t = rows.to(alpha.dtype), rows_t.to(alpha.dtype)
-        out = attention.pair_readout(alpha, g.reshape(E, -1), b, plan.token_of, rows, rows_t,
+        out = ops.pair_readout(alpha, g.reshape(E, -1), b, plan.token_of, rows, rows_t,
                                      nonnegative=t.nonnegative, eps=t.denominator_eps,
                                      positive=t.log_domain, buffers=plan.buffers)
         return out.reshape(out.shape[:1] + x.shape[:-1])

@@ -32,17 +32,7 @@ from torch import nn
 
 from ._registry import Registry, UserModule
 
-__all__ = [
-    "FeatureMap",
-    "UserFeatureMap",
-    "available_feature_maps",
-    "check_feature_map_output",
-    "feature_map_table",
-    "get_feature_map",
-    "make_feature_map",
-    "register_feature_map",
-    "unregister_feature_map",
-]
+__all__ = []  # public home: the package minip_learn.nn
 
 
 def _encoder(n_in, n_out, width, depth):

@@ -7,7 +7,7 @@ its own ``forward(x)``) computes every position and the last one is sliced out.
 
 import inspect
 
-__all__ = ["last_kwargs", "last_output", "takes_last"]
+__all__ = []  # public home: the package minip_learn.nn
 
 
 def takes_last(module):

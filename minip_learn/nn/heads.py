@@ -31,12 +31,12 @@ import torch
 from torch import nn
 
 from .._validation import distinct_tokens
-from . import attention
+from . import ops
 from ._registry import RecordsArguments
 from .feature_maps import get_feature_map, make_feature_map
 from .readout import AffineReadout, ValueMap
 
-__all__ = ["AffineReadout", "KernelAttentionHead", "SoftmaxAttentionHead", "ValueMap"]
+__all__ = []  # public home: the package minip_learn.nn
 
 
 class _Head(RecordsArguments, nn.Module):
@@ -96,7 +96,7 @@ def _check_order_options(causal, positional, decay, max_len):
         if decay is None:
             raise ValueError("positional='decay' needs decay, the factor gamma in (0, 1] of "
                              "alpha_ij = gamma^(i-j) <phi(x_i), phi(x_j)>; got decay=None.")
-        attention.log_decay(decay)
+        ops.log_decay(decay)
         if not causal:
             raise ValueError("positional='decay' needs causal=True: the decayed kernel "
                              "g^(i-j) <phi(x_i), phi(x_j)> is defined for keys j <= i.")
@@ -149,8 +149,8 @@ class KernelAttentionHead(_Head):
         zero denominator, a query that sees no key, is replaced by 1).
     causal : bool, default=False
         Position ``i`` attends to the keys ``j <= i`` only
-        (:func:`minip_learn.nn.attention.causal_attend`: the masked explicit kernel
-        within blocks of :data:`~minip_learn.nn.attention.CAUSAL_CHUNK` positions,
+        (:func:`minip_learn.nn.ops.causal_attend`: the masked explicit kernel
+        within blocks of :data:`~minip_learn.nn.ops.CAUSAL_CHUNK` positions,
         the prefix sketch between them). :meth:`recurrent` computes the same outputs
         token by token from a fixed-size state.
     positional : {None, "decay", "learned"}, default=None
@@ -410,10 +410,10 @@ class KernelAttentionHead(_Head):
         the unmasked arithmetic is that of a head of the smaller rank and masked
         parameters get zero gradients (:class:`~minip_learn.nn.HeadEnsemble` trains
         heads of several ranks this way). See
-        :func:`minip_learn.nn.attention.attention_features`.
+        :func:`minip_learn.nn.ops.attention_features`.
         """
         fq, fk = self.with_positions(*self._map_outputs(x))
-        return attention.attention_features(
+        return ops.attention_features(
             fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
 
     def with_positions(self, fq, fk, *, start=0):
@@ -449,34 +449,34 @@ class KernelAttentionHead(_Head):
 
     def sketch(self, phi_k, v):
         """Fixed-size sketch ``(S, s)``: ``S = sum_j phi_K(x_j) v(x_j)^T`` (r x d),
-        ``s = sum_j phi_K(x_j)`` (:func:`minip_learn.nn.attention.sketch`)."""
-        return attention.sketch(phi_k, v)
+        ``s = sum_j phi_K(x_j)`` (:func:`minip_learn.nn.ops.sketch`)."""
+        return ops.sketch(phi_k, v)
 
     @staticmethod
     def _floor(den):
         """The guard of nonnegative kernels: a zero denominator is divided as 1."""
-        return attention.guard_denominator(den, nonnegative=True)
+        return ops.guard_denominator(den, nonnegative=True)
 
     def _guard(self, den):
         """The denominator actually divided by
-        (:func:`~minip_learn.nn.attention.guard_denominator`)."""
-        return attention.guard_denominator(
+        (:func:`~minip_learn.nn.ops.guard_denominator`)."""
+        return ops.guard_denominator(
             den, nonnegative=self.nonnegative, eps=self.denominator_eps)
 
     def attend(self, x, counts=None):
         """Attended values ``u_i`` of shape (..., seq_len, value_dim), before the readout.
 
         Short sequences (Min-IP's ``N = 3``) go through the explicit ``N x N`` kernel,
-        longer ones through the sketch (:func:`minip_learn.nn.attention.attend`).
+        longer ones through the sketch (:func:`minip_learn.nn.ops.attend`).
         ``counts`` (shape (..., seq_len)): the multiplicity of every slot of sequences
         in multiset form (see the module docstring); None: one per position. Causal
-        heads: :func:`minip_learn.nn.attention.causal_attend`.
+        heads: :func:`minip_learn.nn.ops.causal_attend`.
         """
         self._check_counts(counts)
         if self.causal:
-            return self._causal(x, self.value(x), attention.causal_attend)
+            return self._causal(x, self.value(x), ops.causal_attend)
         phi_q, phi_k = self.features(x)
-        return attention.attend(phi_q, phi_k, self.value(x), nonnegative=self.nonnegative,
+        return ops.attend(phi_q, phi_k, self.value(x), nonnegative=self.nonnegative,
                                 eps=self.denominator_eps, counts=counts)
 
     def forward(self, x, counts=None, *, last=False):
@@ -487,14 +487,14 @@ class KernelAttentionHead(_Head):
     def attend_last(self, x):
         """The attended value at the last position, shape (..., value_dim): its query over
         every key, with the head's positions and decay
-        (:func:`minip_learn.nn.attention.last_attend`), ``O(N r d)`` per sequence."""
-        return self._last(x, self.value(x), attention.last_attend)
+        (:func:`minip_learn.nn.ops.last_attend`), ``O(N r d)`` per sequence."""
+        return self._last(x, self.value(x), ops.last_attend)
 
     def attend_last_tokens(self, x, tokens, index):
         """:meth:`attend_last` from the maps of the distinct ``tokens`` of ``x`` (``index``:
         every token's row), shape (batch, value_dim): the kernel between the distinct
         query tokens and keys (with positions: (token, position) pairs), gathered per
-        sequence (:func:`~minip_learn.nn.attention.gathered_last_attend`). None when a
+        sequence (:func:`~minip_learn.nn.ops.gathered_last_attend`). None when a
         map declares no ``per_token`` or the kernel would hold more entries than ``x``
         has positions."""
         n, N = index.shape
@@ -509,19 +509,19 @@ class KernelAttentionHead(_Head):
             fq = self.with_positions(fq[:, None], fq[:, None], start=N - 1)[0][:, 0]
             fk = self.with_positions(fk[:, None].expand(U, N, -1), fk[:, None])[1]
             fk, keys = fk.reshape(U * N, -1), index * N + torch.arange(N, device=x.device)
-        lg = attention.log_decay(self.decay)
+        lg = ops.log_decay(self.decay)
         age = None if lg == 0.0 else torch.arange(N - 1, -1, -1, dtype=fq.dtype,
                                                    device=x.device) * lg
-        scores = attention.token_scores(fq, fk, log_domain=self.log_domain,
+        scores = ops.token_scores(fq, fk, log_domain=self.log_domain,
                                         mask=self.feature_mask)
-        return attention.gathered_last_attend(
+        return ops.gathered_last_attend(
             scores, index[:, -1], keys, self.value(tokens), value_index=index,
             normalise="softmax" if self.log_domain else "kernel", key_log_weight=age,
             nonnegative=self.nonnegative, eps=self.denominator_eps)
 
     def _last(self, x, v, fn, *extra):
-        """``fn`` (:func:`~minip_learn.nn.attention.last_attend` or
-        :func:`~minip_learn.nn.attention.last_head_output`) on the last token's query
+        """``fn`` (:func:`~minip_learn.nn.ops.last_attend` or
+        :func:`~minip_learn.nn.ops.last_head_output`) on the last token's query
         (log-)features and every key's (with positions), values ``v`` and ``extra``,
         with the head's options: the query maps run on one token."""
         n = x.shape[-2]
@@ -535,22 +535,22 @@ class KernelAttentionHead(_Head):
         ``coefficients``, e.g. :class:`AffineReadout`), shape (..., seq_len).
 
         Short sequences fold the readout into the explicit kernel
-        (:func:`minip_learn.nn.attention.head_output`, causal heads:
-        :func:`minip_learn.nn.attention.causal_head_output`). ``last=True``: the output
+        (:func:`minip_learn.nn.ops.head_output`, causal heads:
+        :func:`minip_learn.nn.ops.causal_head_output`). ``last=True``: the output
         at the last position only, shape (..., 1), whose query sees every key: the
-        final-query form (:func:`minip_learn.nn.attention.last_head_output`), ``O(N r
+        final-query form (:func:`minip_learn.nn.ops.last_head_output`), ``O(N r
         d)`` per sequence.
         """
         self._check_counts(counts)
         if last:
             _check_last(counts)
             w, b = readout.coefficients(x[..., -1:, :])
-            return self._last(x, self.value(x), attention.last_head_output, w, b)
+            return self._last(x, self.value(x), ops.last_head_output, w, b)
         w, b = readout.coefficients(x)
         if self.causal:
-            return self._causal(x, self.value(x), attention.causal_head_output, w, b)
+            return self._causal(x, self.value(x), ops.causal_head_output, w, b)
         phi_q, phi_k = self.features(x)
-        return attention.head_output(phi_q, phi_k, self.value(x), w, b,
+        return ops.head_output(phi_q, phi_k, self.value(x), w, b,
                                      nonnegative=self.nonnegative, eps=self.denominator_eps,
                                      counts=counts)
 
@@ -558,7 +558,7 @@ class KernelAttentionHead(_Head):
         """The outputs of a causal head computed token by token, shape (..., seq_len).
 
         The recurrent form of :meth:`forward`
-        (:func:`minip_learn.nn.attention.recurrent_attend`): the prefix sketch
+        (:func:`minip_learn.nn.ops.recurrent_attend`): the prefix sketch
         ``S_i = g S_{i-1} + phi_K(x_i) v(x_i)^T``, ``s_i = g s_{i-1} + phi_K(x_i)``
         (``gamma = decay``, 1 without) is the only state carried from one token to the
         next (:meth:`state_floats` floats), and ``y_i = rho_{x_i}(phi_Q(x_i)^T S_i /
@@ -578,25 +578,25 @@ class KernelAttentionHead(_Head):
         if self.readout is None:
             raise ValueError("recurrent needs the head's own readout; this head has none "
                              "(it is part of a KernelAttentionModel).")
-        u = self._causal(x, self.value(x), attention.recurrent_attend)
+        u = self._causal(x, self.value(x), ops.recurrent_attend)
         return self.readout(x, u)
 
     def initial_state(self, batch_shape, *, dtype=None, device=None):
         """The state of :meth:`step` before the first token
-        (:func:`minip_learn.nn.attention.recurrent_state`)."""
-        return attention.recurrent_state(batch_shape, self.rank, self.value_dim,
+        (:func:`minip_learn.nn.ops.recurrent_state`)."""
+        return ops.recurrent_state(batch_shape, self.rank, self.value_dim,
                                          log_domain=self.log_domain, dtype=dtype, device=device)
 
     def step(self, state, x_t, position=0):
         """One token ``x_t`` (..., n_bits) at ``position`` (0-based) of the recurrence of
         :meth:`recurrent`: returns ``(new_state, u_t)``, ``u_t`` of shape (..., value_dim)
-        before the readout (:func:`minip_learn.nn.attention.recurrent_step`)."""
+        before the readout (:func:`minip_learn.nn.ops.recurrent_step`)."""
         fq, fk = self._map_outputs(x_t)
         fq, fk = self.with_positions(fq[..., None, :], fk[..., None, :], start=position)
         if self.feature_mask is not None:  # as recurrent: log(mask) on the query side
             mask = self.feature_mask
             fq, fk = (fq + torch.log(mask), fk) if self.log_domain else (fq * mask, fk * mask)
-        u, state = attention.recurrent_step(
+        u, state = ops.recurrent_step(
             state, fq[..., 0, :], fk[..., 0, :], self.value(x_t), nonnegative=self.nonnegative,
             eps=self.denominator_eps, decay=self.decay, log_domain=self.log_domain)
         return state, u
@@ -609,9 +609,9 @@ class KernelAttentionHead(_Head):
         if self.causal:  # the attended values of the unit vectors e_j: row i is u_i's weights
             n = x.shape[-2]
             eye = torch.eye(n, dtype=x.dtype, device=x.device).expand(*x.shape[:-2], n, n)
-            return self._causal(x, eye, attention.causal_attend)
+            return self._causal(x, eye, ops.causal_attend)
         phi_q, phi_k = self.features(x)
-        a = attention.pairwise_dots(phi_q, attention.weight_keys(phi_k, counts))
+        a = ops.pairwise_dots(phi_q, ops.weight_keys(phi_k, counts))
         return a / self._guard(a.sum(-1, keepdim=True))
 
     def kernel(self, queries, keys):
@@ -628,7 +628,7 @@ class KernelAttentionHead(_Head):
         Tensor of shape (n_q, n_k)
         """
         fq, fk = self._map_outputs(queries, keys)
-        return attention.explicit_kernel(
+        return ops.explicit_kernel(
             fq, fk, log_domain=self.log_domain, mask=self.feature_mask)
 
     #: Most token pairs :meth:`kernel_min` evaluates; above it, a seeded sample.
@@ -830,10 +830,10 @@ class SoftmaxAttentionHead(_Head):
     def attention_weights(self, x, counts=None):
         """Softmax attention matrix of shape (..., N, N) (explicit; for checks and plots);
         with ``counts``, ``log c_j`` joins the scores of key slot ``j``
-        (:func:`minip_learn.nn.attention.softmax_weights`); causal heads: zero above
+        (:func:`minip_learn.nn.ops.softmax_weights`); causal heads: zero above
         the diagonal."""
         self._check_counts(counts)
-        return attention.softmax_weights(self.scores(x), counts, causal=self.causal)
+        return ops.softmax_weights(self.scores(x), counts, causal=self.causal)
 
     def _check_counts(self, counts):
         if counts is not None and self.causal:
@@ -859,14 +859,14 @@ class SoftmaxAttentionHead(_Head):
 
         ``counts`` (shape (..., seq_len)): the multiplicity of every slot of sequences in
         multiset form (see the module docstring); None: one per position. The fused
-        kernel is :func:`minip_learn.nn.attention.softmax_attend`.
+        kernel is :func:`minip_learn.nn.ops.softmax_attend`.
         """
         v = self.value(x)
         n = x.shape[-2]
         if not self.uses_fused(n):
             return self.attention_weights(x, counts) @ v
         self._check_counts(counts)
-        return attention.softmax_attend(
+        return ops.softmax_attend(
             self.query(x), self.key(x), v, scale=1.0 / self.temperature,
             block_rows=self.FUSED_BLOCK_SCORES // n, counts=counts, causal=self.causal)
 
@@ -882,12 +882,12 @@ class SoftmaxAttentionHead(_Head):
         """:meth:`attend_last` from the maps of the distinct ``tokens`` of ``x``
         (``index``: every token's row), shape (batch, value_dim): the scores between
         the distinct tokens, gathered per sequence
-        (:func:`~minip_learn.nn.attention.gathered_last_attend`). None when they would
+        (:func:`~minip_learn.nn.ops.gathered_last_attend`). None when they would
         hold more entries than ``x`` has positions."""
         if x.ndim != 3 or len(tokens) ** 2 > index.numel():
             return None
         scores = self.query(tokens) @ self.key(tokens).T / self.temperature
-        return attention.gathered_last_attend(scores, index[:, -1], index,
+        return ops.gathered_last_attend(scores, index[:, -1], index,
                                               self.value(tokens), normalise="softmax")
 
     def attend_last(self, x):

@@ -25,12 +25,12 @@ from torch import nn
 
 from .._validation import check_params
 from ._registry import RecordsArguments
-from .attention import affine_readout
 from .feature_maps import get_feature_map
 from .heads import KernelAttentionHead
+from .ops import affine_readout
 from .readout import AffineReadout
 
-__all__ = ["KernelAttentionModel", "MLPReadout"]
+__all__ = []  # public home: the package minip_learn.nn
 
 _READOUTS = ("affine", "mlp")
 

@@ -7,7 +7,7 @@ from torch import nn
 
 from .ops.kernel import affine_readout
 
-__all__ = ["AffineReadout", "ValueMap"]
+__all__ = []  # public home: the package minip_learn.nn
 
 
 class ValueMap(nn.Module):

@@ -29,7 +29,7 @@ the stacked tables of the members it trains.
 
 import torch
 
-__all__ = ["minip_partners", "reset_optimizer_entries", "split_shared_features", "splittable_tables"]
+__all__ = []  # public home: the package minip_learn.nn
 
 #: entries switched off get the largest log-feature of their row plus ``OFF``
 #: (a weight ``exp(-30)`` ~ 1e-13 relative to the row's largest feature)

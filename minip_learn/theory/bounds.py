@@ -28,20 +28,7 @@ import numpy as np
 
 from .._validation import check_int
 
-__all__ = [
-    "INTEGER_TOLERANCE",
-    "approximate_identity_rank_bound",
-    "channel_capacity_bits",
-    "denominator_sums",
-    "gap_domination_ratio",
-    "gap_denominator",
-    "gap_mixture_weight",
-    "integer_above",
-    "rank_from_denominators",
-    "rank_from_sums",
-    "resolve_near_integer",
-    "transcript_lower_bound",
-]
+__all__ = []  # public home: the package minip_learn.theory
 
 
 def _check_seq_len_gap(seq_len, gap):

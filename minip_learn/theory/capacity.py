@@ -30,7 +30,7 @@ from sklearn.utils import Bunch
 from .._validation import check_int
 from .bounds import channel_capacity_bits, transcript_lower_bound
 
-__all__ = ["model_channel_capacity", "transcript_check"]
+__all__ = []  # public home: the package minip_learn.theory
 
 
 def _module_of(model):

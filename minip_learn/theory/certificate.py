@@ -24,7 +24,7 @@ import numpy as np
 from ._json_rows import ROW_SCAN_CHUNK, PairRows, parse_rows
 from ._selection import reciprocals
 
-__all__ = ["Certificate", "ChainTree", "ChainTrees"]
+__all__ = []  # public home: the package minip_learn.theory
 
 #: what a certificate is about: every position, or the final position only
 QUERY_MODES = ("all", "last")

@@ -77,7 +77,7 @@ from .certificate import (
     int64_if_fits,
 )
 
-__all__ = ["Certificate", "ChainTrees", "certify", "family_constraints"]
+__all__ = []  # public home: the package minip_learn.theory
 
 #: the stages of :func:`certify`, in the order they run (``progress=True`` names them)
 STAGES = ("constraints", "reach", "search", "bound")

@@ -19,13 +19,7 @@ from sklearn.utils import check_random_state
 
 from .._validation import check_int
 
-__all__ = [
-    "greedy_constant_weight_code",
-    "hadamard_code",
-    "hadamard_matrix",
-    "hadamard_orders",
-    "product_code",
-]
+__all__ = []  # public home: the package minip_learn.theory
 
 
 def _is_prime(q):

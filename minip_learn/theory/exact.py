@@ -25,7 +25,7 @@ from .._validation import check_binary, check_int
 from ..bits import overlap_words, pack_tokens
 from ..compact import smallest_int_dtype
 
-__all__ = ["complement_closed_code", "exact_family", "exact_family_size", "exact_seq_len"]
+__all__ = []  # public home: the package minip_learn.theory
 
 _METHODS = ("best", "greedy", "graham-sloane")
 

@@ -39,7 +39,7 @@ from sklearn.utils import Bunch
 from .._validation import check_int, check_sequences
 from ..compact import is_compact
 
-__all__ = ["flip_cycle", "verify_flip_cycle"]
+__all__ = []  # public home: the package minip_learn.theory
 
 #: the five pairs of bit positions of the 5-cycle (consecutive ones disjoint)
 _PAIRS = ((0, 1), (2, 3), (4, 0), (1, 2), (3, 4))

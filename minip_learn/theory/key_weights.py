@@ -26,7 +26,7 @@ from sklearn.utils import Bunch
 
 from .._validation import check_int, distinct_tokens
 
-__all__ = ["group_key_weights", "grouped_key_weights", "key_weight_excess"]
+__all__ = []  # public home: the package minip_learn.theory
 
 #: the feasibility margin a group's program must exceed (its weights sum to 1)
 MARGIN = 1e-7

@@ -64,7 +64,7 @@ from sklearn.utils import Bunch
 
 from .._validation import check_int, check_sequences
 
-__all__ = ["overlap_kernel", "overlap_kernel_features", "overlap_kernel_predict"]
+__all__ = []  # public home: the package minip_learn.theory
 
 #: a degree counts as feasible at a weight when the linear program reaches
 #: ``E_max <= 1 - FEASIBILITY_MARGIN`` (the exact check then confirms ``E_max < 1``)

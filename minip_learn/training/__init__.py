@@ -20,7 +20,7 @@ Layer: imports torch, skorch, numpy, :mod:`sklearn.utils` and
 :mod:`minip_learn.nn`, :mod:`minip_learn.metrics`; the estimators build on it.
 """
 
-from ._callbacks import (
+from ._callbacks import (  # noqa: F401  (the helpers: importable here, not exported)
     TRIM_EVERY,
     TRIM_MIN_FREE,
     MemberLog,
@@ -31,8 +31,8 @@ from ._callbacks import (
     absolute_error,
     member_max_errors,
 )
-from ._members import CPU_PADDING_TOKENS, build_net, train_members
-from ._net import (
+from ._members import CPU_PADDING_TOKENS, build_net, train_members  # noqa: F401
+from ._net import (  # noqa: F401  (the helpers: importable here, not exported)
     BatchIterator,
     LastPositionLoss,
     MemberLoss,
@@ -46,26 +46,10 @@ from ._net import (
 )
 
 __all__ = [
-    "CPU_PADDING_TOKENS",
-    "TRIM_EVERY",
-    "TRIM_MIN_FREE",
-    "BatchIterator",
     "LastPositionLoss",
-    "MemberLog",
     "MemberLoss",
-    "MinIPHistory",
     "MinIPNet",
-    "ProgressBar",
-    "SplitSharedFeatures",
     "StopWhenSolved",
-    "TrainLoss",
-    "TrimMemory",
-    "absolute_error",
     "build_net",
-    "compact_input",
-    "is_periodic_epoch",
-    "last_position_error",
-    "member_max_errors",
-    "module_forward",
     "train_members",
 ]

@@ -113,6 +113,22 @@ class StopWhenSolved(Callback):
     snapshots_ : dict
         Parameters and optimizer state of the members that stopped while others
         trained on, by member index.
+
+    Examples
+    --------
+    An estimator's ``stop_tolerance`` is this callback's ``tolerance``:
+
+    >>> import torch
+    >>> from minip_learn.datasets import make_minip
+    >>> from minip_learn.nn import KernelAttentionHead
+    >>> from minip_learn.training import StopWhenSolved, train_members
+    >>> X, y = (torch.as_tensor(a, dtype=torch.float32)
+    ...         for a in make_minip(32, seq_len=2, n_bits=4, random_state=0))
+    >>> res = train_members(KernelAttentionHead, [(dict(n_bits=4, rank=4), 0)], X, y,
+    ...                     lr=0.05, max_epochs=2000,
+    ...                     callbacks=[StopWhenSolved(tolerance=0.5)])
+    >>> len(res.members[0].net.history) < 2000  # stopped once solved
+    True
     """
 
     def __init__(self, tolerance=TOLERANCE, error=absolute_error):

@@ -81,6 +81,14 @@ device, verbose, check_every
     Returns
     -------
     net : MinIPNet
+
+    Examples
+    --------
+    >>> from minip_learn.nn import KernelAttentionHead
+    >>> from minip_learn.training import MinIPNet, build_net
+    >>> net = build_net(KernelAttentionHead, n_bits=4, rank=2, init_seed=0)
+    >>> isinstance(net, MinIPNet), type(net.module_).__name__
+    (True, 'KernelAttentionHead')
     """
     net = MinIPNet(
         module=module, criterion=criterion, optimizer=optimizer,

@@ -316,6 +316,20 @@ class MinIPNet(NeuralNet):
         callbacks that decide something (stopping, :class:`TrainLoss`) decide on those
         epochs (:meth:`is_check_epoch`). On a GPU this keeps the device busy between
         checks instead of waiting for the host every epoch; 1 reads every epoch.
+
+    Examples
+    --------
+    An estimator's ``net_`` is one (:func:`~minip_learn.training.build_net` builds it):
+
+    >>> import torch
+    >>> from minip_learn.datasets import make_minip
+    >>> from minip_learn.nn import KernelAttentionHead
+    >>> from minip_learn.training import build_net
+    >>> X, y = (torch.as_tensor(a, dtype=torch.float32)
+    ...         for a in make_minip(16, seq_len=3, n_bits=4, random_state=0))
+    >>> net = build_net(KernelAttentionHead, n_bits=4, rank=2, max_epochs=3)
+    >>> len(net.fit(X, y).history), net.predict(X).shape
+    (3, (16, 3))
     """
 
     def __init__(self, *args, seed=0, dtype=torch.float32, query="all", check_every=1,

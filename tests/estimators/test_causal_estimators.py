@@ -16,6 +16,7 @@ from minip_learn import (
 )
 from minip_learn.compact import CompactFamily
 from minip_learn.datasets import make_minip
+from minip_learn.model_selection import fit_ensemble
 
 FAST = dict(max_epochs=20, random_state=0)
 OPTIONS = {
@@ -81,11 +82,11 @@ def test_classifier_softmax_and_model_take_the_options(data):
     assert model.net_.module_.positional == "decay" and model.theorem_ == "no"
 
 
-def test_fit_members_stacks_causal_heads(data):
+def test_fit_ensemble_stacks_causal_heads(data):
     X, y = data
     est = KernelAttentionRegressor(**OPTIONS["decay"], **FAST)
-    res = est.fit_members(X, y, [{"rank": 1, "random_state": 0},
-                                 {"rank": 3, "random_state": 0}])
+    res = fit_ensemble(est, X, y, params=[{"rank": 1, "random_state": 0},
+                                          {"rank": 3, "random_state": 0}])
     assert res.path == "generic"
     single = clone(est).set_params(rank=3).fit(X, y)
     np.testing.assert_allclose(res.estimators[1].predict(X), single.predict(X), atol=1e-5)

@@ -1,4 +1,4 @@
-"""The estimators on families in multiset form (CompactFamily): fit, fit_members,
+"""The estimators on families in multiset form (CompactFamily): fit, fit_ensemble,
 predict and score at the cost of the slots, equal to the materialised family."""
 
 import pickle
@@ -16,6 +16,7 @@ from minip_learn import (
 )
 from minip_learn.compact import CompactFamily
 from minip_learn.datasets import make_minip, minip_targets
+from minip_learn.model_selection import fit_ensemble
 from minip_learn.nn import KernelAttentionHead
 from minip_learn.training import absolute_error, member_max_errors, train_members
 
@@ -127,12 +128,12 @@ def test_mini_batches_slice_tokens_and_counts_together(family):
     np.testing.assert_allclose(batches, ref, rtol=1e-9, atol=1e-12)
 
 
-def test_fit_members_on_a_compact_family(family):
+def test_fit_ensemble_on_a_compact_family(family):
     est = KernelAttentionRegressor(max_epochs=30, stop_tolerance=None, dtype="float64")
     params = [{"rank": 2, "random_state": 0}, {"rank": 5, "random_state": 1}]
-    res = est.fit_members(family, minip_targets(family), params)
+    res = fit_ensemble(est, family, minip_targets(family), params=params)
     seqs = family.to_sequences()
-    ref = est.fit_members(seqs, minip_targets(seqs), params)
+    ref = fit_ensemble(est, seqs, minip_targets(seqs), params=params)
     for a, b in zip(res.estimators, ref.estimators):
         assert (a.rank, a.seq_len_) == (b.rank, 12)
         np.testing.assert_allclose(family.expand(a.predict(family)), b.predict(seqs),

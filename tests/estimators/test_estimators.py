@@ -11,7 +11,7 @@ from sklearn.preprocessing import FunctionTransformer
 from minip_learn import KernelAttentionRegressor, SoftmaxAttentionRegressor
 from minip_learn.datasets import make_minip
 from minip_learn.metrics import get_scorers, solved
-from minip_learn.model_selection import FullSetSplit
+from minip_learn.model_selection import FullSetSplit, fit_ensemble
 
 FAST = dict(max_epochs=30, random_state=0)
 
@@ -199,13 +199,18 @@ def test_from_module_wraps_hand_set_weights(cls, module, small):
         cls.from_module(head, lr=0)
 
 
-def test_fit_members_is_public_and_validates(small):
+def test_fit_members_is_the_protocol_fit_ensemble_calls(small):
     X, y = small
     est = KernelAttentionRegressor(max_epochs=5)
-    res = est.fit_members(X, y, [{"rank": 2, "random_state": 0}, {"rank": 3}])
+    params = [{"rank": 2, "random_state": 0}, {"rank": 3, "random_state": 1}]
+    res = est.fit_members(X, y, params)
+    ref = fit_ensemble(est, X, y, params=params)
     assert [e.rank for e in res.estimators] == [2, 3] and not hasattr(est, "net_")
+    assert (res.n_members, res.path) == (ref.n_members, ref.path)
+    for a, b in zip(res.estimators, ref.estimators):
+        np.testing.assert_array_equal(a.predict(X), b.predict(X))
     with pytest.raises(ValueError, match="rank must be >= 1"):
-        est.fit_members(X, y, [{"rank": 0}])
+        fit_ensemble(est, X, y, params=[{"rank": 0}])
     with pytest.raises(ValueError, match="differ only"):
         est.fit_members(X, y, [{"lr": 0.1}])
 

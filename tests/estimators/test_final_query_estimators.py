@@ -14,6 +14,7 @@ from minip_learn import (
 from minip_learn.compact import CompactFamily
 from minip_learn.constructions import softmax_construction
 from minip_learn.datasets import make_minip, minip_targets
+from minip_learn.model_selection import fit_ensemble
 from minip_learn.nn import KernelAttentionHead
 from minip_learn.training import LastPositionLoss, train_members
 
@@ -84,10 +85,10 @@ def test_last_position_loss_ignores_earlier_positions():
     assert crit(logits, torch.tensor([2, 2])).item() < 1e-6
 
 
-def test_fit_members_on_final_query_targets_equals_separate_fits(data):
+def test_fit_ensemble_on_final_query_targets_equals_separate_fits(data):
     X, _, y = data
     est = KernelAttentionRegressor(rank=3, max_epochs=30, stop_tolerance=None, **F64)
-    res = est.fit_members(X, y, [{"random_state": 0}, {"random_state": 1}])
+    res = fit_ensemble(est, X, y, params=[{"random_state": 0}, {"random_state": 1}])
     for member, seed in zip(res.estimators, (0, 1)):
         alone = clone(est).set_params(random_state=seed).fit(X, y)
         assert member.query_ == "last"

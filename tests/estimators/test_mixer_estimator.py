@@ -15,6 +15,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from minip_learn import SequenceMixerRegressor
 from minip_learn.compact import CompactFamily
 from minip_learn.datasets import make_minip, make_witness_suite
+from minip_learn.model_selection import fit_ensemble
 from minip_learn.nn import available_mixers, get_mixer, make_mixer
 
 FAST = dict(max_epochs=40, dtype="float64", random_state=0)
@@ -183,15 +184,15 @@ def test_bad_parameters_and_inputs(data):
     with pytest.raises(ValueError, match="with any mixer depends on the order"):
         est.predict(fam)
     with pytest.raises(ValueError, match="with a user's mixer .* is fitted one by one"):
-        clone(est).set_params(mixer=RunningMean).fit_members(
-            X, y, [{"random_state": 0}, {"random_state": 1}])
+        fit_ensemble(clone(est).set_params(mixer=RunningMean),
+                     X, y, params=[{"random_state": 0}, {"random_state": 1}])
 
 
 @pytest.mark.parametrize("name", ["kernel", "gla"])
-def test_fit_members_of_a_builtin_equals_separate_fits(name, data):
+def test_fit_ensemble_of_a_builtin_equals_separate_fits(name, data):
     X, y = data
     est = SequenceMixerRegressor(name, state_size=3, stop_tolerance=None, **FAST)
-    res = est.fit_members(X, y[:, -1], [{"random_state": 0}, {"random_state": 1}])
+    res = fit_ensemble(est, X, y[:, -1], params=[{"random_state": 0}, {"random_state": 1}])
     assert res.n_members == 2
     for member, seed in zip(res.estimators, (0, 1)):
         alone = clone(est).set_params(random_state=seed).fit(X, y[:, -1])

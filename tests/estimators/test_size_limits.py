@@ -15,6 +15,7 @@ from minip_learn import (
 )
 from minip_learn.datasets import make_minip
 from minip_learn.estimators import _base
+from minip_learn.model_selection import fit_ensemble
 from minip_learn.nn import KernelAttentionHead, SoftmaxAttentionHead, make_mixer
 
 #: every estimator and every size parameter (with what makes the size matter)
@@ -118,11 +119,11 @@ def test_a_stack_of_members_is_refused_as_a_whole(rank, data):
     X, y = data
     est = KernelAttentionRegressor(max_epochs=1, n_init=2)
     with pytest.raises(ValueError, match=rf"^rank={rank} needs .*for a stack of 4 heads\)"):
-        est.fit_members(X, y, [{"rank": 2, "random_state": 0},
-                               {"rank": rank, "random_state": 1}])
+        fit_ensemble(est, X, y, params=[{"rank": 2, "random_state": 0},
+                                        {"rank": rank, "random_state": 1}])
     mixer = SequenceMixerRegressor(state_size=rank, max_epochs=1)
     with pytest.raises(ValueError, match=rf"^state_size={rank} needs .*stack of 2 heads"):
-        mixer.fit_members(X, y, [{"random_state": 0}, {"random_state": 1}])
+        fit_ensemble(mixer, X, y, params=[{"random_state": 0}, {"random_state": 1}])
 
 
 def test_the_check_draws_no_random_numbers(data):

@@ -12,7 +12,7 @@ from minip_learn.nn import (
     KernelAttentionHead,
     KernelAttentionModel,
     SoftmaxAttentionHead,
-    attention,
+    ops,
 )
 
 F64 = torch.float64
@@ -26,7 +26,7 @@ def _brute(phi_q, phi_k, v, *, decay, nonnegative, eps=1e-3):
     for i in range(v.shape[-2]):
         w = torch.stack([g ** (i - j) * (phi_q[..., i, :] * phi_k[..., j, :]).sum(-1)
                          for j in range(i + 1)], -1)
-        den = attention.guard_denominator(w.sum(-1, keepdim=True), nonnegative=nonnegative,
+        den = ops.guard_denominator(w.sum(-1, keepdim=True), nonnegative=nonnegative,
                                           eps=eps)
         out[..., i, :] = (w.unsqueeze(-1) * v[..., : i + 1, :]).sum(-2) / den
     return out
@@ -46,16 +46,16 @@ def test_parallel_equals_recurrent_equals_brute_force(n, decay, nonnegative):
     q, k, v = _features(n, nonnegative, seed=n)
     ref = _brute(q, k, v, decay=decay, nonnegative=nonnegative)
     kw = dict(nonnegative=nonnegative, decay=decay)
-    par = attention.causal_attend(q, k, v, chunk_size=8, **kw)
-    rec = attention.recurrent_attend(q, k, v, **kw)
+    par = ops.causal_attend(q, k, v, chunk_size=8, **kw)
+    rec = ops.recurrent_attend(q, k, v, **kw)
     tol = dict(rtol=1e-9, atol=1e-10)
     torch.testing.assert_close(par, ref, **tol)
     torch.testing.assert_close(rec, ref, **tol)
     if nonnegative:  # the same kernel from its log-features
         lq, lk = q.log(), k.log()
-        torch.testing.assert_close(attention.causal_attend(
+        torch.testing.assert_close(ops.causal_attend(
             lq, lk, v, chunk_size=8, log_domain=True, **kw), ref, **tol)
-        torch.testing.assert_close(attention.recurrent_attend(
+        torch.testing.assert_close(ops.recurrent_attend(
             lq, lk, v, log_domain=True, **kw), ref, **tol)
 
 
@@ -65,13 +65,13 @@ def test_rank_mask_and_readout_fold():
     ref = _brute(q * mask, k * mask, v, decay=0.7, nonnegative=True)
     for log in (False, True):
         fq, fk = (q.log(), k.log()) if log else (q, k)
-        for fn, kw in ((attention.causal_attend, dict(chunk_size=5)),
-                       (attention.recurrent_attend, {})):
+        for fn, kw in ((ops.causal_attend, dict(chunk_size=5)),
+                       (ops.recurrent_attend, {})):
             out = fn(fq, fk, v, nonnegative=True, decay=0.7, log_domain=log, mask=mask, **kw)
             torch.testing.assert_close(out, ref)
     w, b = torch.randn(2, 12, 3, dtype=F64), torch.randn(2, 12, dtype=F64)
     for chunk in (4, 32):  # blocked, and the readout folded into one block's kernel
-        y = attention.causal_head_output(q, k, v, w, b, nonnegative=True, decay=0.7,
+        y = ops.causal_head_output(q, k, v, w, b, nonnegative=True, decay=0.7,
                                          mask=mask, chunk_size=chunk)
         torch.testing.assert_close(y, (w * ref).sum(-1) + b)
 
@@ -89,7 +89,7 @@ def test_decay_is_stable_on_long_sequences(log, dtype):
     ref = alpha @ v / alpha.sum(-1, keepdim=True)
     assert g ** -(n - 1) > torch.finfo(torch.float32).max  # g^-j alone would overflow
     fq, fk = (q.log(), k.log()) if log else (q, k)
-    out = attention.causal_attend(fq.to(dtype), fk.to(dtype), v.to(dtype), nonnegative=True,
+    out = ops.causal_attend(fq.to(dtype), fk.to(dtype), v.to(dtype), nonnegative=True,
                                   decay=g, log_domain=log)
     assert torch.isfinite(out).all()
     tol = 1e-5 if dtype == torch.float32 else 1e-12
@@ -100,12 +100,12 @@ def test_causal_softmax_fused_equals_explicit():
     gen = torch.Generator().manual_seed(0)
     q, k = (torch.randn(2, 50, 4, generator=gen, dtype=F64) for _ in range(2))
     v = torch.randn(2, 50, 3, generator=gen, dtype=F64)
-    ref = attention.softmax_weights(q @ k.transpose(-2, -1) / 2, causal=True) @ v
+    ref = ops.softmax_weights(q @ k.transpose(-2, -1) / 2, causal=True) @ v
     for rows in (50, 7):  # one call (is_causal), and blocks of queries (a mask)
-        out = attention.softmax_attend(q, k, v, scale=0.5, block_rows=rows, causal=True)
+        out = ops.softmax_attend(q, k, v, scale=0.5, block_rows=rows, causal=True)
         torch.testing.assert_close(out, ref)
     with pytest.raises(ValueError, match="counts"):
-        attention.softmax_attend(q, k, v, scale=1.0, block_rows=50, causal=True,
+        ops.softmax_attend(q, k, v, scale=1.0, block_rows=50, causal=True,
                                  counts=torch.ones(2, 50, dtype=F64))
 
 
@@ -244,7 +244,7 @@ def test_gradients_equal_the_brute_force_gradients(log):
         return [t.grad for t in leaves]
 
     fq, fk = (q.log(), k.log()) if log else (q, k)
-    got = grads(lambda a, b, c: attention.causal_attend(
+    got = grads(lambda a, b, c: ops.causal_attend(
         a, b, c, nonnegative=True, decay=0.8, log_domain=log, chunk_size=4), fq, fk)
     want = grads(lambda a, b, c: _brute(a.exp() if log else a, b.exp() if log else b, c,
                                         decay=0.8, nonnegative=True), fq, fk)

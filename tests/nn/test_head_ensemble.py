@@ -18,9 +18,9 @@ from minip_learn.nn import (
     HeadEnsemble,
     KernelAttentionHead,
     SoftmaxAttentionHead,
-    attention,
     available_feature_maps,
     get_feature_map,
+    ops,
 )
 
 FUSED = {"elu+1", "relu", "softplus", "squared_relu", "exp", "identity", "t2r", "table"}
@@ -109,7 +109,7 @@ def test_every_path_equals_separate_heads(name, ranks, shared, dtype):
 def test_fused_sketch_form_for_long_sequences(name):
     # seq_len 12 with rank 2 takes the sketch form, in the heads and in the ensemble
     heads = _heads(name, (2, 2), _tokens(5, 12))
-    assert not attention.is_short(12, 2, 6)
+    assert not ops.is_short(12, 2, 6)
     ens = HeadEnsemble(heads)
     _check_against_heads(ens, heads, _tokens(5, 12), 1e-9)
     assert ens.path == "fused-positions"
@@ -275,19 +275,19 @@ def test_pair_readout_against_dense_sums_and_gradcheck(mode):
     opts = dict(nonnegative=mode != "signed", eps=0.05, positive=mode == "positive")
 
     def dense(alpha, g, b):
-        den = attention.guard_denominator(alpha @ counts.T, nonnegative=mode != "signed",
+        den = ops.guard_denominator(alpha @ counts.T, nonnegative=mode != "signed",
                                           eps=0.05)
         return (alpha * g) @ counts.T / den + b[:, token_of]
 
-    out = attention.pair_readout(alpha, g, b, token_of, rows, rows_t, **opts)
+    out = ops.pair_readout(alpha, g, b, token_of, rows, rows_t, **opts)
     torch.testing.assert_close(out, dense(alpha, g, b), rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(
-        lambda a, gg, bb: attention.pair_readout(a, gg, bb, token_of, rows, rows_t, **opts),
+        lambda a, gg, bb: ops.pair_readout(a, gg, bb, token_of, rows, rows_t, **opts),
         (alpha, g, b))
     if mode == "positive":  # the bias joined to the pair values of its query token
         folded = g + b.repeat_interleave(U, dim=1)
         torch.testing.assert_close(
-            attention.pair_readout(alpha, folded, None, token_of, rows, rows_t, **opts),
+            ops.pair_readout(alpha, folded, None, token_of, rows, rows_t, **opts),
             dense(alpha, g, b), rtol=1e-12, atol=1e-12)
 
 

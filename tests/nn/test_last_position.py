@@ -12,10 +12,10 @@ from minip_learn.nn import (
     KernelAttentionHead,
     KernelAttentionModel,
     SoftmaxAttentionHead,
-    attention,
     available_mixers,
     get_mixer,
     make_mixer,
+    ops,
 )
 from minip_learn.nn.ops import naive
 from minip_learn.training import train_members
@@ -77,7 +77,7 @@ def test_the_last_query_form_is_the_naive_causal_reference():
     v = torch.randn(3, 50, 2, dtype=torch.float64)
     ref = naive.kernel_attention(fq.exp(), fk.exp(), v, nonnegative=True, causal=True,
                                  decay=0.7)
-    got = attention.last_attend(fq, fk, v, nonnegative=True, decay=0.7, log_domain=True)
+    got = ops.last_attend(fq, fk, v, nonnegative=True, decay=0.7, log_domain=True)
     torch.testing.assert_close(got, ref[:, -1], rtol=1e-9, atol=1e-12)
 
 
@@ -111,8 +111,8 @@ def test_a_final_query_fit_never_runs_the_whole_sequence_form(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a final-query fit ran the whole-sequence form")
 
-    monkeypatch.setattr(attention, "head_output", refuse)
-    monkeypatch.setattr(attention, "attend", refuse)
+    monkeypatch.setattr(ops, "head_output", refuse)
+    monkeypatch.setattr(ops, "attend", refuse)
     res = train_members(KernelAttentionHead, [(dict(n_bits=5, rank=3), 0)], X, y,
                         query="last", max_epochs=5, dtype=torch.float64)
     a, b = ref.members[0].net.module_, res.members[0].net.module_

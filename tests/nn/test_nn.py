@@ -10,10 +10,10 @@ from minip_learn.nn import (
     KernelAttentionHead,
     SoftmaxAttentionHead,
     ValueMap,
-    attention,
     available_feature_maps,
     get_feature_map,
     make_feature_map,
+    ops,
 )
 
 ALL_TOKENS_4 = torch.tensor(
@@ -92,7 +92,7 @@ def test_short_sequence_form_equals_sketch(name):
     phi_q, phi_k = head.features(x)
     S, s = head.sketch(phi_k, head.value(x))
     u = (phi_q @ S) / (phi_q * s.unsqueeze(-2)).sum(-1, keepdim=True)
-    assert attention.is_short(3, 8, 5)  # the short form is the one attend() takes here
+    assert ops.is_short(3, 8, 5)  # the short form is the one attend() takes here
     torch.testing.assert_close(head.attend(x), u)
 
 
@@ -228,7 +228,7 @@ def test_kernel_head_reads_token_multiplicities(name, n_distinct, rank, valid_ra
                                feature_kwargs=_kwargs(name)).double()
     fam, slots, counts, seqs = _multiset(9, 25, n_distinct, seed=n_distinct)
     assert fam.padding.any()
-    assert attention.is_short(fam.n_slots, rank, 5) == (n_distinct == 3)
+    assert ops.is_short(fam.n_slots, rank, 5) == (n_distinct == 3)
     with torch.no_grad():
         out, ref = head(slots, counts=counts).numpy(), head(seqs).numpy()
         np.testing.assert_allclose(fam.expand(out), ref, rtol=1e-9, atol=1e-9)
@@ -257,12 +257,12 @@ def test_attention_multiplicities_are_optional_weights():
     phi_q, phi_k = torch.rand(2, 5, 3, generator=g), torch.rand(2, 5, 3, generator=g)
     v, w, b = torch.rand(2, 5, 4, generator=g), torch.rand(2, 5, 4, generator=g), torch.rand(2, 5)
     ones = torch.ones(2, 5)
-    for f in (attention.attend, lambda q, k, vv, **kw: attention.head_output(q, k, vv, w, b, **kw)):
+    for f in (ops.attend, lambda q, k, vv, **kw: ops.head_output(q, k, vv, w, b, **kw)):
         torch.testing.assert_close(f(phi_q, phi_k, v, nonnegative=True, counts=ones),
                                    f(phi_q, phi_k, v, nonnegative=True))
-    assert attention.weight_keys(phi_k, None) is phi_k
+    assert ops.weight_keys(phi_k, None) is phi_k
     scores = torch.rand(2, 5, 5, generator=g)
-    torch.testing.assert_close(attention.softmax_weights(scores, ones),
+    torch.testing.assert_close(ops.softmax_weights(scores, ones),
                                torch.softmax(scores, -1))
 
 

@@ -5,13 +5,15 @@ causal masks are written in one module."""
 import dataclasses
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import minip_learn
-from minip_learn.nn import attention, ops
+from minip_learn.nn import ops
 from minip_learn.nn.ops import AttentionSpec, naive
 
 F64 = torch.float64
@@ -299,9 +301,21 @@ def test_attention_spec_is_frozen_and_checks_the_decay():
             AttentionSpec(True, decay=decay)
 
 
-def test_attention_module_gives_the_ops_their_documented_names():
-    for name in attention.__all__:
-        assert getattr(attention, name) is getattr(ops, name), name
+def test_attention_module_is_a_deprecated_alias_of_ops():
+    code = "import minip_learn.nn as nn; nn.attention"
+    run = subprocess.run([sys.executable, "-W", "error::FutureWarning", "-c", code],
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "minip_learn.nn.ops" in run.stderr
+    import minip_learn.nn as nn
+    from minip_learn.nn import attention
+
+    assert attention.__all__ == []
+    for name in attention._MOVED:
+        with pytest.warns(FutureWarning, match=rf"minip_learn\.nn\.ops\.{name}\b"):
+            assert getattr(attention, name) is getattr(ops, name), name
+    assert nn.attention is attention
+    with pytest.raises(AttributeError):
+        attention.no_such_name  # noqa: B018
 
 
 # -- one causal mask ----------------------------------------------------------------------

@@ -12,6 +12,7 @@ from torch import nn
 
 from minip_learn import KernelAttentionRegressor
 from minip_learn.datasets import make_minip
+from minip_learn.model_selection import fit_ensemble
 from minip_learn.nn import (
     FeatureMap,
     KernelAttentionHead,
@@ -230,8 +231,8 @@ def test_unregistered_feature_map_subclass_keeps_its_declarations(data):
 
 def test_user_map_members_train_one_rank_at_a_time_like_separate_fits(data):
     est = KernelAttentionRegressor(feature_map=SquaredLinear, max_epochs=20)
-    res = est.fit_members(*data, [{"rank": 2, "random_state": 0},
-                                  {"rank": 4, "random_state": 0}])
+    res = fit_ensemble(est, *data, params=[{"rank": 2, "random_state": 0},
+                                          {"rank": 4, "random_state": 0}])
     alone = est.set_params(rank=4, random_state=0).fit(*data)
     np.testing.assert_allclose(res.estimators[1].predict(data[0]), alone.predict(data[0]),
                                rtol=1e-5, atol=1e-5)

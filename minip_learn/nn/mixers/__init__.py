@@ -56,7 +56,6 @@ from ._base import (  # noqa: F401  (MIXERS, THEOREM_VALUES, QKVMaps, mixer_name
     register_mixer,
     unregister_mixer,
 )
-from ._base import __all__ as _BASE_NAMES
 
 # importing a mixer module registers its mixers
 from .deltanet import DeltaNetMixer
@@ -66,11 +65,8 @@ from .linear import LinearAttentionMixer
 from .mamba import MambaMixer
 from .softmax import SoftmaxMixer
 
-#: The names of the base that only the mixer modules read: the package does not export
-#: them (they stay importable from it).
-_BASE_ONLY = ("MIXERS", "THEOREM_VALUES", "HeadMixer", "MatrixStateMixer", "QKVMaps",
-              "mixer_name")
-
+#: The built-in mixers and the per-token maps of the base; the base's registry
+#: (:class:`Mixer`, :func:`make_mixer`, ...) is exported by :mod:`minip_learn.nn`.
 __all__ = [
     "DeltaNetMixer",
     "GatedLinearAttentionMixer",
@@ -80,5 +76,5 @@ __all__ = [
     "PositionalKernelMixer",
     "RetNetMixer",
     "SoftmaxMixer",
+    "TokenMaps",
 ]
-__all__ += [name for name in _BASE_NAMES if name not in _BASE_ONLY]

@@ -53,6 +53,16 @@ class TokenMaps:
     ----------
     v : Tensor of shape (..., d)
         The values ``v(x)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from minip_learn.nn import make_mixer
+    >>> from minip_learn.nn.mixers import TokenMaps
+    >>> mixer = make_mixer("gla", 4, 3)
+    >>> maps = mixer.token_maps(torch.zeros(2, 5, 4))
+    >>> isinstance(maps, TokenMaps), maps.v.shape
+    (True, torch.Size([2, 5, 4]))
     """
 
     v: torch.Tensor

@@ -19,7 +19,7 @@ from ..ops.masks import causal_part
 from ..ops.tokens import gather_rows
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
-__all__ = ["DeltaMaps", "DeltaNetMixer"]
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 @dataclass(frozen=True)

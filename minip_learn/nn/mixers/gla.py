@@ -18,7 +18,7 @@ from ..ops.masks import decayed_scores
 from ..ops.tokens import gather_rows, later_runs_sum
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
-__all__ = ["GatedLinearAttentionMixer", "GatedMaps"]
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 @dataclass(frozen=True)

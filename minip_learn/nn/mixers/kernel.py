@@ -27,7 +27,7 @@ from ..feature_maps import get_feature_map
 from ..heads import KernelAttentionHead
 from ._base import HeadMixer, register_mixer
 
-__all__ = ["KernelHeadMixer", "KernelMixer", "PositionalKernelMixer", "RetNetMixer"]
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 class KernelHeadMixer(HeadMixer):
@@ -127,7 +127,7 @@ class KernelMixer(KernelHeadMixer):
     :class:`~minip_learn.nn.KernelAttentionHead` with ``causal=True`` and
     ``rank = state_size``. Its parallel form is the head's forward and
     :meth:`recurrent` the head's recurrent form
-    (:func:`minip_learn.nn.attention.recurrent_attend`). State ``r (d + 1)`` floats
+    (:func:`minip_learn.nn.ops.recurrent_attend`). State ``r (d + 1)`` floats
     (log-domain maps such as ``exp``: ``r (d + 2)``, with the running maximum). The
     lower bound covers it when the kernel is nonnegative (``theorem_condition``: an
     instance with a signed feature map reads ``theorem`` as ``"no"``).

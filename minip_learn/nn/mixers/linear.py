@@ -16,7 +16,7 @@ from ..ops.masks import causal_part
 from ..ops.tokens import gathered_last_attend, token_scores
 from ._base import MatrixStateMixer, QKVMaps, register_mixer
 
-__all__ = ["LinearAttentionMixer"]
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 @register_mixer("linear")

@@ -26,7 +26,7 @@ from ..ops.masks import decayed_scores
 from ..ops.tokens import gather_rows, later_runs_sum
 from ._base import Mixer, TokenMaps, register_mixer
 
-__all__ = ["MambaMixer", "SelectiveMaps", "run_readouts", "selective_readouts"]
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 #: floats of one block of decays ``exp(A S)`` in :func:`selective_readouts` (4 MiB in

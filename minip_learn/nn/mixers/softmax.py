@@ -11,7 +11,7 @@ import torch
 from ..heads import SoftmaxAttentionHead
 from ._base import HeadMixer, register_mixer
 
-__all__ = ["SoftmaxMixer"]
+__all__ = []  # public home: the package minip_learn.nn.mixers
 
 
 @register_mixer("softmax")

@@ -24,8 +24,12 @@ Every function works on tensors with arbitrary leading dimensions: the last two 
 (token position, feature) for features, values and readout coefficients, and (query,
 key) for kernel matrices. A new form is one module here and one test in
 ``tests/nn/test_ops.py`` that holds it to its reference in :mod:`.naive`.
-:mod:`minip_learn.nn.attention` re-exports the public functions under their
-documented names. No scikit-learn in this layer.
+This package is the public home of the attention arithmetic: its ``__all__`` lists
+the forms a head or mixer calls (``minip_learn.nn.attention``, which gave them other
+paths, is deprecated); its modules export nothing of their own but :mod:`.naive`, the
+references, and the helpers the forms share (``guard_denominator``, ``pairwise_dots``,
+``is_short``, ...) stay importable from it without being exported. No scikit-learn in
+this layer.
 
 Examples
 --------
@@ -40,9 +44,9 @@ Examples
 True
 """
 
-from . import naive
+from . import naive  # noqa: F401  (the references: ops.naive)
 from .chunk import CAUSAL_CHUNK, causal_attend, causal_head_output
-from .kernel import (
+from .kernel import (  # noqa: F401  (helpers importable here, not exported)
     affine_readout,
     attend,
     attention_features,
@@ -57,14 +61,15 @@ from .kernel import (
     weight_keys,
 )
 from .last import last_attend, last_head_output
-from .masks import causal_mask, causal_part, decayed_mask, decayed_scores, log_decay
-from .pair import pair_readout, pairwise_dots
+from .masks import causal_mask, causal_part, decayed_mask, decayed_scores, log_decay  # noqa: F401
+from .pair import pair_readout, pairwise_dots  # noqa: F401
 from .recurrent import recurrent_attend, recurrent_state, recurrent_step
 from .softmax import softmax_attend, softmax_weights
-from .spec import AttentionSpec, guard_denominator
-from .tokens import (
+from .spec import AttentionSpec, guard_denominator  # noqa: F401
+from .tokens import (  # noqa: F401
     TokenRuns,
     distinct_token_index,
+    gather_rows,
     gathered_last_attend,
     later_runs_sum,
     token_runs,
@@ -74,40 +79,21 @@ from .tokens import (
 __all__ = [
     "CAUSAL_CHUNK",
     "AttentionSpec",
-    "TokenRuns",
-    "affine_readout",
     "attend",
     "attention_features",
     "causal_attend",
     "causal_head_output",
     "causal_mask",
-    "causal_part",
     "decayed_mask",
-    "decayed_scores",
-    "distinct_token_index",
     "explicit_kernel",
-    "gathered_last_attend",
-    "guard_denominator",
     "head_output",
-    "is_short",
-    "kernel_from_log",
     "kernel_readout",
-    "kernel_values",
     "last_attend",
     "last_head_output",
-    "later_runs_sum",
-    "log_decay",
-    "log_kernel",
-    "naive",
-    "pair_readout",
-    "pairwise_dots",
     "recurrent_attend",
     "recurrent_state",
     "recurrent_step",
     "sketch",
     "softmax_attend",
     "softmax_weights",
-    "token_runs",
-    "token_scores",
-    "weight_keys",
 ]

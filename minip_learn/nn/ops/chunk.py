@@ -23,16 +23,7 @@ from .masks import decayed_mask, position_decay
 from .pair import pairwise_dots
 from .spec import AttentionSpec
 
-__all__ = [
-    "CAUSAL_CHUNK",
-    "LogPrefixSketch",
-    "PrefixSketch",
-    "causal_attend",
-    "causal_head_output",
-    "chunked_sums",
-    "log_block_sums",
-    "masked_kernel",
-]
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 #: Positions per block of :func:`causal_attend`: within a block the masked explicit
 #: kernel, between blocks the carried prefix sketch.
@@ -442,10 +433,10 @@ def causal_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_dom
     Examples
     --------
     >>> import torch
-    >>> from minip_learn.nn import attention
+    >>> from minip_learn.nn import ops
     >>> phi = torch.ones(1, 3, 2)
     >>> v = torch.tensor([[[0.0], [3.0], [6.0]]])
-    >>> attention.causal_attend(phi, phi, v, nonnegative=True)[0, :, 0]  # prefix means
+    >>> ops.causal_attend(phi, phi, v, nonnegative=True)[0, :, 0]  # prefix means
     tensor([0.0000, 1.5000, 3.0000])
     """
     spec = AttentionSpec(nonnegative, eps, log_domain, decay)
@@ -483,9 +474,9 @@ def causal_head_output(phi_q, phi_k, v, w, b, *, nonnegative, eps=1e-3, decay=No
     Examples
     --------
     >>> import torch
-    >>> from minip_learn.nn import attention
+    >>> from minip_learn.nn import ops
     >>> phi, v = torch.ones(1, 3, 2), torch.tensor([[[0.0], [3.0], [6.0]]])
-    >>> attention.causal_head_output(phi, phi, v, torch.ones(1, 3, 1), torch.zeros(1, 3),
+    >>> ops.causal_head_output(phi, phi, v, torch.ones(1, 3, 1), torch.zeros(1, 3),
     ...                              nonnegative=True)
     tensor([[0.0000, 1.5000, 3.0000]])
     """

@@ -19,21 +19,7 @@ from ._layout import back, front
 from .pair import LOOP_TOKENS, pairwise_dots
 from .spec import guard_denominator
 
-__all__ = [
-    "affine_readout",
-    "apply_rank_mask",
-    "attend",
-    "attention_features",
-    "explicit_kernel",
-    "head_output",
-    "is_short",
-    "kernel_from_log",
-    "kernel_readout",
-    "kernel_values",
-    "log_kernel",
-    "sketch",
-    "weight_keys",
-]
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def attention_features(fq, fk, *, log_domain, mask=None):
@@ -304,8 +290,8 @@ def weight_keys(phi_k, counts):
     Examples
     --------
     >>> import torch
-    >>> from minip_learn.nn import attention
-    >>> attention.weight_keys(torch.ones(1, 2, 3), torch.tensor([[2.0, 0.0]]))[0]
+    >>> from minip_learn.nn import ops
+    >>> ops.weight_keys(torch.ones(1, 2, 3), torch.tensor([[2.0, 0.0]]))[0]
     tensor([[2., 2., 2.],
             [0., 0., 0.]])
     """

@@ -14,7 +14,7 @@ import torch
 from .kernel import affine_readout, attend, attention_features
 from .masks import log_decay
 
-__all__ = ["last_attend", "last_head_output"]
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def _last_features(fq, fk, *, decay, log_domain, mask):
@@ -84,6 +84,19 @@ def last_head_output(fq, fk, v, w, b, *, nonnegative, eps=1e-3, decay=None,
     -------
     Tensor of shape (..., 1)
         The last position's output, its position axis kept.
+
+    Examples
+    --------
+    >>> import torch
+    >>> _ = torch.manual_seed(0)
+    >>> from minip_learn.nn.ops import causal_head_output, last_head_output
+    >>> phi = torch.rand(2, 5, 3, dtype=torch.float64)
+    >>> v = torch.rand(2, 5, 4, dtype=torch.float64)
+    >>> w, b = torch.rand(2, 5, 4, dtype=torch.float64), torch.rand(2, 5, dtype=torch.float64)
+    >>> full = causal_head_output(phi, phi, v, w, b, nonnegative=True)
+    >>> last = last_head_output(phi, phi, v, w, b, nonnegative=True)
+    >>> last.shape, torch.allclose(last[:, 0], full[:, -1])
+    (torch.Size([2, 1]), True)
     """
     u = last_attend(fq, fk, v, nonnegative=nonnegative, eps=eps, decay=decay,
                     log_domain=log_domain, mask=mask)

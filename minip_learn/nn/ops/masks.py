@@ -21,16 +21,7 @@ import math
 
 import torch
 
-__all__ = [
-    "DECAY_BLOCK_ELEMENTS",
-    "causal_mask",
-    "causal_part",
-    "decayed_mask",
-    "decayed_scores",
-    "log_decay",
-    "offsets",
-    "position_decay",
-]
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 #: Most elements of one (query block x keys x features) decay tensor of
 #: :func:`decayed_scores`: longer sequences are taken a block of queries at a time.

@@ -16,7 +16,7 @@ import torch
 from ._layout import back, front
 from .spec import AttentionSpec
 
-__all__ = ["LOOP_TOKENS", "MAX_BUFFERS", "pair_readout", "pairwise_dots"]
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 #: below this many tokens per sequence :func:`pairwise_dots` loops over token pairs
 LOOP_TOKENS = 8
@@ -230,10 +230,10 @@ def pair_readout(alpha, g, b, token_of, rows, rows_t, *, nonnegative, eps=1e-3,
     Examples
     --------
     >>> import torch
-    >>> from minip_learn.nn import attention
+    >>> from minip_learn.nn import ops
     >>> rows = torch.tensor([[1.0, 2.0], [0.0, 1.0]]).to_sparse_csr()
     >>> alpha, g = torch.tensor([1.0, 3.0]), torch.tensor([2.0, 4.0])
-    >>> attention.pair_readout(alpha, g, torch.zeros(1), torch.tensor([0, 0]), rows,
+    >>> ops.pair_readout(alpha, g, torch.zeros(1), torch.tensor([0, 0]), rows,
     ...                        rows.t().to_sparse_csr(), nonnegative=True)  # 26 / 7, 12 / 3
     tensor([3.7143, 4.0000])
     """

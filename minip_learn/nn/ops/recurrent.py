@@ -18,7 +18,7 @@ from ._layout import finite_or_zero
 from .kernel import apply_rank_mask
 from .spec import AttentionSpec
 
-__all__ = ["recurrent_attend", "recurrent_state", "recurrent_step"]
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def recurrent_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_domain=False,
@@ -53,11 +53,11 @@ def recurrent_attend(phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None, log_
     --------
     >>> import torch
     >>> _ = torch.manual_seed(0)
-    >>> from minip_learn.nn import attention
+    >>> from minip_learn.nn import ops
     >>> phi = torch.rand(1, 5, 2, dtype=torch.float64)
     >>> v = torch.rand(1, 5, 3, dtype=torch.float64)
-    >>> u = attention.recurrent_attend(phi, phi, v, nonnegative=True, decay=0.9)
-    >>> torch.allclose(u, attention.causal_attend(phi, phi, v, nonnegative=True, decay=0.9,
+    >>> u = ops.recurrent_attend(phi, phi, v, nonnegative=True, decay=0.9)
+    >>> torch.allclose(u, ops.causal_attend(phi, phi, v, nonnegative=True, decay=0.9,
     ...                                           chunk_size=2))
     True
     """
@@ -93,8 +93,8 @@ def recurrent_state(batch_shape, rank, value_dim, *, log_domain, dtype=None, dev
 
     Examples
     --------
-    >>> from minip_learn.nn import attention
-    >>> [t.shape for t in attention.recurrent_state((2,), 3, 4, log_domain=True)]
+    >>> from minip_learn.nn import ops
+    >>> [t.shape for t in ops.recurrent_state((2,), 3, 4, log_domain=True)]
     [torch.Size([2, 3, 4]), torch.Size([2, 3]), torch.Size([2, 3])]
     """
     kw = dict(dtype=dtype, device=device)
@@ -134,10 +134,10 @@ def recurrent_step(state, phi_q, phi_k, v, *, nonnegative, eps=1e-3, decay=None,
     Examples
     --------
     >>> import torch
-    >>> from minip_learn.nn import attention
-    >>> state = attention.recurrent_state((1,), 2, 1, log_domain=False)
+    >>> from minip_learn.nn import ops
+    >>> state = ops.recurrent_state((1,), 2, 1, log_domain=False)
     >>> for value in (0.0, 3.0):
-    ...     u, state = attention.recurrent_step(state, torch.ones(1, 2), torch.ones(1, 2),
+    ...     u, state = ops.recurrent_step(state, torch.ones(1, 2), torch.ones(1, 2),
     ...                                         torch.tensor([[value]]), nonnegative=True)
     >>> u
     tensor([[1.5000]])

@@ -11,7 +11,7 @@ import torch
 
 from .masks import causal_mask
 
-__all__ = ["softmax_attend", "softmax_weights"]
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def softmax_weights(scores, counts=None, *, causal=False):
@@ -37,10 +37,10 @@ def softmax_weights(scores, counts=None, *, causal=False):
     Examples
     --------
     >>> import torch
-    >>> from minip_learn.nn import attention
-    >>> attention.softmax_weights(torch.zeros(1, 2, 2), torch.tensor([[3.0, 1.0]]))[0, 0]
+    >>> from minip_learn.nn import ops
+    >>> ops.softmax_weights(torch.zeros(1, 2, 2), torch.tensor([[3.0, 1.0]]))[0, 0]
     tensor([0.7500, 0.2500])
-    >>> attention.softmax_weights(torch.zeros(1, 2, 2), causal=True)[0]
+    >>> ops.softmax_weights(torch.zeros(1, 2, 2), causal=True)[0]
     tensor([[1.0000, 0.0000],
             [0.5000, 0.5000]])
     """
@@ -87,13 +87,13 @@ def softmax_attend(q, k, v, *, scale, block_rows, counts=None, causal=False):
     Examples
     --------
     >>> import torch
-    >>> from minip_learn.nn import attention
+    >>> from minip_learn.nn import ops
     >>> q = k = torch.zeros(1, 2, 3)
     >>> v = torch.tensor([[[0.0], [4.0]]])
-    >>> attention.softmax_attend(q, k, v, scale=1.0, block_rows=2,
+    >>> ops.softmax_attend(q, k, v, scale=1.0, block_rows=2,
     ...                          counts=torch.tensor([[3.0, 1.0]]))[0, :, 0]  # (3*0 + 4) / 4
     tensor([1., 1.])
-    >>> attention.softmax_attend(q, k, v, scale=1.0, block_rows=1, causal=True)[0, :, 0]
+    >>> ops.softmax_attend(q, k, v, scale=1.0, block_rows=1, causal=True)[0, :, 0]
     tensor([0., 2.])
     """
     if causal and counts is not None:

@@ -14,7 +14,7 @@ import torch
 
 from .masks import log_decay
 
-__all__ = ["AttentionSpec", "guard_denominator"]
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 
 def guard_denominator(den, *, nonnegative, eps=1e-3):
@@ -43,7 +43,7 @@ def guard_denominator(den, *, nonnegative, eps=1e-3):
     Examples
     --------
     >>> import torch
-    >>> from minip_learn.nn.attention import guard_denominator
+    >>> from minip_learn.nn.ops import guard_denominator
     >>> guard_denominator(torch.tensor([-2.0, 0.0, 1e-6]), nonnegative=False, eps=0.1)
     tensor([-2.0000,  0.1000,  0.1000])
     """

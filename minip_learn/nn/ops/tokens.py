@@ -19,9 +19,7 @@ import torch
 from .masks import causal_part
 from .spec import guard_denominator
 
-__all__ = ["EXACT_LOG_TERMS", "MAX_CODE_BITS", "TokenRuns", "distinct_token_index",
-           "gather_rows", "gathered_last_attend", "later_runs_sum", "token_runs",
-           "token_scores"]
+__all__ = []  # public home: the package minip_learn.nn.ops
 
 #: the widest 0/1 token that one ``int64`` code holds
 MAX_CODE_BITS = 62
