@@ -210,9 +210,8 @@ class MambaMixer(Mixer):
 def _decays(steps, A2, floor, out):
     """``exp(A[c, n] S[i, c]) = 2 ** (S[i, c] A2[c, n])`` written into ``out`` (...,
     rows, d, r), for step sums ``S`` (..., rows, d) and ``A2 = A log2 e`` (..., d, r).
-    The exponent is held at or above ``floor``, the exponent of the dtype's smallest
-    normal number (below it the vectorised ``exp2`` slows down several times): a decay
-    below that number is read as that number."""
+    The exponent is held at or above ``floor`` (:func:`_decay_floor`): a smaller decay
+    is read as ``2 ** floor``."""
     torch.mul(steps[..., None], A2[..., None, :, :], out=out)
     return out.clamp_(min=floor).exp2_()
 
@@ -224,7 +223,7 @@ class _SelectiveReadouts(torch.autograd.Function):
 
     @staticmethod
     def forward(steps, keys, A, rows):
-        floor = math.log2(torch.finfo(steps.dtype).tiny)
+        floor = _decay_floor(steps.dtype)
         A2 = A * math.log2(math.e)
         n_rows = steps.shape[-2]
         out = steps.new_empty(steps.shape)
@@ -258,7 +257,7 @@ class _SelectiveReadouts(torch.autograd.Function):
         steps, keys, A = ctx.saved_tensors
         need_steps, need_keys, need_A = ctx.needs_input_grad[:3]
         rows, n_rows = ctx.rows, steps.shape[-2]
-        floor = math.log2(torch.finfo(steps.dtype).tiny)
+        floor = _decay_floor(steps.dtype)
         A2 = A * math.log2(math.e)
         d_steps = torch.empty_like(steps) if need_steps else None
         d_keys = torch.empty_like(keys) if need_keys else None
@@ -283,11 +282,14 @@ class _SelectiveReadouts(torch.autograd.Function):
         return d_steps, d_keys, d_A, None
 
 
-def _run_floor(dtype):
-    """The exponent at or above which :func:`run_readouts` holds its decays: half that
-    of the dtype's smallest normal number, so that a decay's products with the other
-    factors (and the gradient) stay normal numbers, whose arithmetic is several times
-    faster than that of subnormal ones."""
+def _decay_floor(dtype):
+    """The exponent at or above which :func:`selective_readouts` and
+    :func:`run_readouts` hold their decays: half that of the dtype's smallest normal
+    number (``2**-63`` in float32), so that a decay's products with the other factors
+    (and the gradient) stay normal numbers, whose arithmetic is several times faster
+    than that of subnormal ones (an epoch of the per-position form on 2,544 sequences
+    of the exact m = 12 family: about a fifth faster than with the smallest normal
+    number as the floor). A decay below it weighs a write by less than ``2**-63``."""
     return math.log2(torch.finfo(dtype).tiny) / 2
 
 
@@ -298,7 +300,7 @@ class _RunReadouts(torch.autograd.Function):
 
     @staticmethod
     def forward(steps, keys, table, pair, A, rows):
-        floor = _run_floor(steps.dtype)
+        floor = _decay_floor(steps.dtype)
         A2 = A * math.log2(math.e)
         n_rows = steps.shape[0]
         out = steps.new_empty(steps.shape)
@@ -325,7 +327,7 @@ class _RunReadouts(torch.autograd.Function):
         steps, keys, table, pair, A = ctx.saved_tensors
         need_steps, need_keys, need_table, _, need_A = ctx.needs_input_grad[:5]
         rows, n_rows = ctx.rows, steps.shape[0]
-        floor = _run_floor(steps.dtype)
+        floor = _decay_floor(steps.dtype)
         A2 = A * math.log2(math.e)
         d_steps = torch.empty_like(steps) if need_steps else None
         d_keys = torch.empty_like(keys) if need_keys else None
