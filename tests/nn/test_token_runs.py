@@ -155,18 +155,35 @@ def test_run_readouts_is_its_formula_with_its_gradient(rows):
 @pytest.mark.parametrize("name", RUN_MIXERS)
 def test_runs_form_under_vmap_is_each_members(name):
     """Stacked members (parameters batched by vmap, the tokens shared) get each
-    member's final query (mamba through its per-position form)."""
+    member's final query through the run form, and each member's gradients."""
     x = _runs_family(n=10)
     members = [_mixer(name, seed=s) for s in range(3)]
     stacked = {k: torch.stack([dict(m.named_parameters())[k].detach() for m in members])
+               .requires_grad_()
                for k, _ in members[0].named_parameters()}
 
     def one(params):
         return torch.func.functional_call(members[0], params, (x,), {"last": True})
 
-    got = torch.func.vmap(one)(stacked)
+    calls = []
+    original = type(members[0]).attend_last_runs
+
+    def counted(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        calls.append(out is not None)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(members[0]), "attend_last_runs", counted)
+        got = torch.func.vmap(one)(stacked)
+    assert calls == [True]  # the run form, batched
+    w = torch.linspace(-1, 1, got[0].numel(), dtype=got.dtype).reshape(got[0].shape)
+    grads = torch.autograd.grad((got * w).sum(), list(stacked.values()))
     for i, m in enumerate(members):
         torch.testing.assert_close(got[i], m(x, last=True), rtol=1e-9, atol=1e-10)
+        own = torch.autograd.grad((m(x, last=True) * w).sum(), list(m.parameters()))
+        for g_all, g_own in zip(grads, own, strict=True):
+            torch.testing.assert_close(g_all[i], g_own, rtol=1e-9, atol=1e-10)
 
 
 def test_token_runs_suffixes():

@@ -164,11 +164,9 @@ class MambaMixer(Mixer):
         with the geometric sums ``g_L(a) = sum_{l < L} exp(l a) = expm1(L a) /
         expm1(a)`` (0 for an empty run), computed once per distinct (token, length)
         pair, and each run decayed by the steps of the runs after it
-        (:func:`run_readouts`, once per distinct suffix of runs). None for stacked
-        members (batched parameters)."""
+        (:func:`run_readouts`, once per distinct suffix of runs; stacked members under
+        :func:`torch.func.vmap` read out one after another)."""
         m = self.token_maps(tokens)
-        if torch._C._functorch.is_batchedtensor(m.A):  # (no vmap rule: the other form)
-            return None
         delta = gather_rows(m.delta, runs.index)  # (b, R, d)
         after = later_runs_sum(runs.lengths.to(delta.dtype)[..., None] * delta)
         tiny = torch.finfo(delta.dtype).tiny  # (a step of 0: g_L = L)
@@ -322,6 +320,17 @@ class _RunReadouts(torch.autograd.Function):
         ctx.rows = rows
 
     @staticmethod
+    def vmap(info, in_dims, steps, keys, table, pair, A, rows):
+        # stacked members: one readout per member (each with its own blocks)
+        inputs = (steps, keys, table, pair, A)
+        moved = [t.movedim(d, 0) if d is not None else None
+                 for t, d in zip(inputs, in_dims[:5])]
+        out = [_RunReadouts.apply(*(m[i] if m is not None else t
+                                    for m, t in zip(moved, inputs)), rows)
+               for i in range(info.batch_size)]
+        return torch.stack(out), 0
+
+    @staticmethod
     @once_differentiable
     def backward(ctx, grad):
         steps, keys, table, pair, A = ctx.saved_tensors
@@ -417,7 +426,7 @@ def selective_readouts(steps, keys, A, *, rows=1024):
     work runs over blocks of ``rows`` rows in one work buffer of ``(rows, d, r)``
     floats, and the autograd keeps only the inputs (the backward recomputes each
     block's decays). A decay is computed as ``2 ** (S A log2 e)``, held at or above the
-    dtype's smallest normal number. Under :func:`torch.func.vmap` the vmapped
+    square root of the dtype's smallest normal number. Under :func:`torch.func.vmap` the vmapped
     dimension becomes one more leading dimension.
 
     Parameters
