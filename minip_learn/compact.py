@@ -27,12 +27,12 @@ before it allocates, never unpickles, and refuses anything but a valid family wi
 
 import functools
 import numbers
-import warnings
 from pathlib import Path
 
 import numpy as np
 
 from . import bits
+from ._deprecation import moved_names
 from ._io import read_family_file
 from ._validation import (  # noqa: F401  (MAX_SEQ_LEN: importable here)
     MAX_SEQ_LEN,
@@ -53,12 +53,7 @@ __all__ = ["CompactFamily", "is_compact", "load_family"]
 _MOVED_TO_BITS = ("index_dtype", "overlap_words", "pack_tokens")
 
 
-def __getattr__(name):
-    if name in _MOVED_TO_BITS:
-        warnings.warn(f"minip_learn.compact.{name} is deprecated; import "
-                      f"minip_learn.bits.{name} instead.", FutureWarning, stacklevel=2)
-        return getattr(bits, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved_names(__name__, _MOVED_TO_BITS, bits)
 
 #: the witness suites materialise ``X`` only when it takes at most this many bytes
 MATERIALIZE_MAX_BYTES = 1 << 28

@@ -5,8 +5,7 @@ still importable from it for this release, with a :class:`FutureWarning` naming 
 home in :mod:`minip_learn.nn.ops`; the module exports nothing.
 """
 
-import warnings
-
+from .._deprecation import moved_names
 from . import ops
 
 #: The names this module gave, each the object of the same name in ``ops``.
@@ -23,10 +22,4 @@ _MOVED = (
 __all__ = []
 
 
-def __getattr__(name):
-    if name in _MOVED:
-        warnings.warn(
-            f"minip_learn.nn.attention.{name} is deprecated; import "
-            f"minip_learn.nn.ops.{name} instead.", FutureWarning, stacklevel=2)
-        return getattr(ops, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved_names(__name__, _MOVED, ops)
