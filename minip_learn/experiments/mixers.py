@@ -47,6 +47,8 @@ SETTINGS = {
         seeds=(0,),
         mixer=dict(max_epochs=400, stop_tolerance=0.5, lr=0.03, split_every=200),
         mixer_kwargs=_TABLE,
+        lr_sweep=False,
+        control=False,
     ),
     # full: the exact m = 8 family (exact rank 14) and the exact m = 12 family on the
     # first 20 words of its code (780 sequences of length 14, exact rank 20; one seed);
@@ -56,10 +58,16 @@ SETTINGS = {
     # family R6 at m = 24 (4,186 sequences of length 3, certified rank 17). The kernel
     # mixers split shared features every 200 epochs (``split_every``, ignored by the
     # other mixers), as the kernel estimators do.
-    # The whole exact m = 12 family in final-query form (12,720 sequences of length 53,
-    # exact rank 80) is ``dict(n_bits=12, construction="exact", max_sequences=10**5)``
-    # (the default max_sequences=5000 keeps 4,950 sequences over 50 words); what its
-    # fits cost is on docs/performance.rst.
+    # and the whole exact m = 12 family in final-query form (12,720 sequences of length
+    # 53, exact rank 80: states 40, 79, 80, 160 and 320) with up to 1,500 epochs a fit
+    # (the default max_sequences=5000 would keep 4,950 sequences over 50 words); what
+    # its fits cost is on docs/performance.rst.
+    # Each mixer's learning rate is the one of ``lr_sweep["lrs"]`` that solves most
+    # fits of ``lr_sweep["family"]`` at ``lr_sweep["state_factors"]`` times its
+    # certified rank (ties: the smaller mean maximum error, then the ``mixer`` lr,
+    # then the smaller lr; ``lr_sweep=False``: ``mixer``'s lr). The ``control`` mixer must solve
+    # every family named in ``control["families"]`` at some state (it did in the run
+    # the docs show); a grid whose control fails there is reported invalid.
     "full": dict(
         families=(
             dict(n_bits=8, construction="exact"),
@@ -68,6 +76,8 @@ SETTINGS = {
             dict(n_bits=24, seq_len=3, construction="small", orders="all"),
             dict(n_bits=24, seq_len=3, construction="auto",
                  state_factors=(0.5, 1, 2, 4), below_bound=False),
+            dict(n_bits=12, construction="exact", max_sequences=10**5,
+                 mixer=dict(max_epochs=1500)),
         ),
         mixers=None,
         state_sizes=None,
@@ -76,11 +86,16 @@ SETTINGS = {
         seeds=(0, 1, 2),
         mixer=dict(max_epochs=800, stop_tolerance=0.5, lr=0.03, split_every=200),
         mixer_kwargs=_TABLE,
+        lr_sweep=dict(family=dict(n_bits=8, construction="exact"), lrs=(0.01, 0.03, 0.1),
+                      state_factors=(1, 2), seeds=(0, 1, 2)),
+        control=dict(mixer="softmax", families=("exact-m8", "exact-m12-20w", "auto-m24",
+                                                "exact-m12")),
     ),
 }
 
-#: the settings a family's dict may override for that family
-FAMILY_OPTIONS = ("mixers", "state_sizes", "state_factors", "below_bound", "seeds")
+#: the settings a family's dict may override for that family (``mixer``: estimator
+#: parameters merged over the recipe's)
+FAMILY_OPTIONS = ("mixers", "state_sizes", "state_factors", "below_bound", "seeds", "mixer")
 
 #: the kernel-attention mixers, whose state size is a rank: covered on every family
 #: (``"yes"``) or on families in every order of their keys (``"positional"``)
@@ -158,7 +173,12 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
         ints, or None for :func:`state_grid` per family), ``state_factors``,
         ``below_bound``, ``seeds``, ``mixer``
         (estimator parameters of every fit), ``mixer_kwargs`` (name -> keyword
-        arguments of that mixer).
+        arguments of that mixer), ``lr_sweep`` (a dict of ``family``, ``lrs``,
+        ``state_factors`` and ``seeds``: each mixer's learning rate is the one that
+        solves most fits there; ``False``: ``mixer``'s ``lr`` for all), ``control``
+        (a dict of ``mixer`` and ``families``: the check ``control_solved`` holds when
+        the control mixer solves each of those families at some state; ``False``: no
+        control).
 
     Returns
     -------
@@ -169,8 +189,11 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
         ``certified_min_rank``, ``smallest_solving_state``,
         ``smallest_solving_state_floats``, ``smallest_solving_rank``,
         ``solved_fraction``, ``solved_below_bound``, ``solved_by_state``,
-        ``fit_time``), ``markdown``, ``checks``, ``figures``, ``files``, ``settings``,
-        ``elapsed``.
+        ``cannot`` (states below a bound proven for the mixer), ``did_not_train``
+        (the other states with unsolved seeds), ``lr``, ``lr_sweep`` (the sweep's
+        solved fits per rate, or ``"fixed"``), ``fit_time``), ``lr_sweep`` (the
+        learning-rate sweep's fits, or None), ``markdown``, ``checks``, ``figures``,
+        ``files``, ``settings``, ``elapsed``.
 
     Examples
     --------
@@ -198,6 +221,9 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
                 "bytes as an array, more than MATERIALIZE_MAX_BYTES; the mixers train on "
                 "materialised sequences: lower its max_sequences or n_queries.")
         suites.append(suite)
+    every_mixer = {_label(m): m for _, fcfg in families
+                   for m in (fcfg["mixers"] or available_mixers())}
+    lrs, lr_fits = _learning_rates(recipe, cfg, every_mixer)
     parts, rows, agree = [], [], {}
     for (params, fcfg), suite in zip(families, suites):
         fam = _family_name(params)
@@ -208,7 +234,7 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
         for mixer, name in zip(mixers, [_label(m) for m in mixers]):
             est = SequenceMixerRegressor(mixer=mixer,
                                          mixer_kwargs=cfg["mixer_kwargs"].get(name),
-                                         **cfg["mixer"])
+                                         **{**fcfg["mixer"], "lr": lrs[name][0]})
             res = recipe.sweep(est, suite.X, suite.y, name=f"mixers-{fam}-{name}",
                                param_grid={"state_size": sizes}, seeds=list(fcfg["seeds"]),
                                certified_min_rank=suite.certificate,
@@ -219,7 +245,8 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
             fits["positional_certificate"] = bool(suite.certificate.positional)
             fits["state_floats"] = [e.state_floats_ for e in ests]
             parts.append(fits)
-            rows.append(_summary_row(suite, fam, name, bound, fits))
+            rows.append({**_summary_row(suite, fam, name, bound, fits),
+                         "lr": lrs[name][0], "lr_sweep": lrs[name][1]})
             agree[f"{fam}/{name}"] = _recurrent_gap(ests, fits, suite.X)
     results = pd.concat(parts, ignore_index=True)
     summary = pd.DataFrame(rows)
@@ -231,11 +258,63 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
         "no_proven_mixer_solved_below_bound": bool(not below[proven].any()),
         "recurrent_equals_parallel": bool(max(agree.values()) < 1e-6),
     }
-    markdown = _markdown(cfg, summary, checks, agree)
+    failed = _control_failures(cfg["control"], summary)
+    if failed is not None:
+        checks["control_solved"] = not failed
+    markdown = _markdown(cfg, families, summary, checks, agree, failed)
     figs = {"leaderboard": _figure(results, summary)} if figures else {}
-    return recipe.finish(Bunch(results=results, summary=summary, markdown=markdown,
-                               checks=checks, recurrent_gap=agree, figures=figs),
-                         table=display(summary, _display_row))
+    tables = {} if lr_fits is None else {"lr_sweep": lr_fits}
+    return recipe.finish(Bunch(results=results, summary=summary, lr_sweep=lr_fits,
+                               markdown=markdown, checks=checks, recurrent_gap=agree,
+                               figures=figs),
+                         table=display(summary, _display_row), tables=tables)
+
+
+def _learning_rates(recipe, cfg, mixers):
+    """Each mixer's learning rate, ``{label: (lr, how it was chosen)}``, and the
+    learning-rate sweep's fits (None without ``lr_sweep``)."""
+    default = cfg["mixer"].get("lr", SequenceMixerRegressor().lr)
+    sweep = cfg["lr_sweep"]
+    if not sweep:
+        return {name: (default, "fixed") for name in mixers}, None
+    suite = make_witness_suite(**sweep["family"], query="last")
+    fam = _family_name(sweep["family"])
+    sizes = state_grid(suite.certified_min_rank, sweep["state_factors"], below_bound=False)
+    chosen, parts = {}, []
+    for name, mixer in mixers.items():
+        est = SequenceMixerRegressor(mixer=mixer, mixer_kwargs=cfg["mixer_kwargs"].get(name),
+                                     **cfg["mixer"])
+        res = recipe.sweep(est, suite.X, suite.y, name=f"lr-{fam}-{name}",
+                           param_grid={"lr": list(sweep["lrs"]), "state_size": sizes},
+                           seeds=list(sweep["seeds"]), certified_min_rank=suite.certificate,
+                           tags={"mixer": name, "family": fam})
+        fits = res.results.reset_index(drop=True).assign(mixer=name, family=fam)
+        chosen[name] = _pick_lr(fits, default)
+        parts.append(fits)
+    return chosen, pd.concat(parts, ignore_index=True)
+
+
+def _pick_lr(fits, default):
+    """``(lr, evidence)``: the learning rate solving most fits (ties: the smaller mean
+    maximum error, then ``default``, then the smaller rate); the evidence lists each
+    rate's solved fits, ``"lr:k/n"``."""
+    per_lr = fits.groupby("lr").agg(k=("solved", lambda s: int(s.astype(bool).sum())),
+                                    n=("solved", "size"), error=("max_abs_error", "mean"))
+    best = min(per_lr.index, key=lambda lr: (-per_lr.loc[lr, "k"], per_lr.loc[lr, "error"],
+                                             lr != default, lr))
+    return float(best), " ".join(f"{lr:g}:{int(r.k)}/{int(r.n)}" for lr, r in per_lr.iterrows())
+
+
+def _control_failures(control, summary):
+    """The families named in ``control`` on which the control mixer solved nothing
+    (None without a control, or when the control mixer or none of its families ran)."""
+    if not control:
+        return None
+    rows = summary[(summary["mixer"] == control["mixer"])
+                   & summary["family"].isin(control["families"])]
+    if not len(rows):
+        return None
+    return rows.loc[rows["n_solved"] == 0, "family"].tolist()
 
 
 def _family_settings(cfg, family):
@@ -245,7 +324,10 @@ def _family_settings(cfg, family):
         raise ValueError(f"every entry of families must be a dict of make_witness_suite "
                          f"arguments; got {family!r}.")
     params = {k: v for k, v in family.items() if k not in FAMILY_OPTIONS}
-    return params, {**cfg, **{k: v for k, v in family.items() if k in FAMILY_OPTIONS}}
+    own = {k: v for k, v in family.items() if k in FAMILY_OPTIONS}
+    if "mixer" in own:
+        own["mixer"] = {**cfg["mixer"], **own["mixer"]}
+    return params, {**cfg, **own}
 
 
 def _label(mixer):
@@ -264,6 +346,11 @@ def _summary_row(suite, fam, name, bound, fits):
     at = fits[fits["state_size"] == smallest] if smallest is not None else fits.iloc[:0]
     theorem = fits["theorem"].iloc[0]
     kernel_like = theorem in KERNEL_THEOREMS
+    proven = _proven(theorem, fits["positional_certificate"].iloc[0])
+    # a proven mixer cannot solve below the bound; any other unsolved fit did not train
+    cannot = [s for s in per_state.index if proven and s < bound]
+    untrained = [(s, r["count"] - r["sum"]) for s, r in per_state.iterrows()
+                 if s not in cannot and r["sum"] < r["count"]]
     return dict(
         family=fam,
         n_bits=int(suite.X.shape[2]),
@@ -271,7 +358,7 @@ def _summary_row(suite, fam, name, bound, fits):
         n_sequences=int(suite.X.shape[0]),
         mixer=name,
         theorem=theorem,
-        proven=_proven(theorem, fits["positional_certificate"].iloc[0]),
+        proven=proven,
         certified_min_rank=bound,
         smallest_solving_state=smallest,
         smallest_solving_state_floats=(int(at["state_floats"].iloc[0])
@@ -282,6 +369,9 @@ def _summary_row(suite, fam, name, bound, fits):
         solved_below_bound=bool(smallest is not None and smallest < bound),
         solved_by_state=" ".join(f"{s}:{int(r['sum'])}/{int(r['count'])}"
                                  for s, r in per_state.iterrows()),
+        cannot=" ".join(str(s) for s in cannot),
+        did_not_train=" ".join(f"{s}:{int(k)}/{int(per_state.loc[s, 'count'])}"
+                               for s, k in untrained),
         n_solved=int(solved.sum()),
         n_fits=int(len(fits)),
         fit_time=float(fits["fit_time"].mean()),
@@ -310,20 +400,42 @@ def _display_row(r):
         "solved there": fmt(r["solved_fraction"]),
         "below the bound": "yes" if r["solved_below_bound"] else "no",
         "solved per state (k/n)": r["solved_by_state"],
+        "cannot: below the proven bound": r["cannot"] or "-",
+        "did not train (unsolved/n)": r["did_not_train"] or "-",
+        "lr": f"{r['lr']:g}",
+        "lr sweep (solved per lr)": r["lr_sweep"],
         "fit time (s)": fmt(r["fit_time"]),
     }
 
 
-def _markdown(cfg, summary, checks, agree):
+def _markdown(cfg, families, summary, checks, agree, failed):
     fams = ", ".join(
         f"`{r.family}` ({r.n_sequences} sequences of length {r.seq_len}, certified rank "
         f"{r.certified_min_rank})"
         for r in summary.drop_duplicates("family").itertuples())
+    own = "".join(f"; `{_family_name(params)}`: " + settings_text(
+        {k: v for k, v in fcfg["mixer"].items() if cfg["mixer"].get(k) != v})
+        for params, fcfg in families if fcfg["mixer"] != cfg["mixer"])
+    sweep = cfg["lr_sweep"]
+    lr_text = ("*lr*: the learning rate of every fit of the mixer" if not sweep else
+               f"*lr*: the mixer's learning rate, the one of {list(sweep['lrs'])} that "
+               f"solved most fits of `{_family_name(sweep['family'])}` at "
+               f"{list(sweep['state_factors'])} times its certified rank, seeds "
+               f"{list(sweep['seeds'])} (ties: the smaller mean maximum error); "
+               "*lr sweep* gives each rate's solved fits (`lr_sweep.csv`)")
+    invalid = ("" if not failed else
+               f"**INVALID: the control `{cfg['control']['mixer']}` solved nothing on "
+               + ", ".join(f"`{f}`" for f in failed) + ", where it solved before; a "
+               "failed fit here says nothing about a mixer.** ")
     return report(
         "Sequence mixers on final-query Min-IP: state needed against the certified rank",
-        f"Families in final-query form (the query token last): {fams}. Fits: "
-        + settings_text(cfg["mixer"]) + f"; seeds {list(cfg['seeds'])} (unless a family "
-        "sets its own: the column *solved per state* counts them). *Theorem*: "
+        invalid + f"Families in final-query form (the query token last): {fams}. Fits: "
+        + settings_text({k: v for k, v in cfg["mixer"].items() if not (sweep and k == "lr")})
+        + own + f"; seeds {list(cfg['seeds'])} (unless a family "
+        "sets its own: the column *solved per state* counts them). " + lr_text + ". "
+        "*Cannot*: states below the certified rank of a mixer the proof covers there; "
+        "*did not train*: the other states where some seed did not solve (a failed fit "
+        "is not evidence about a mixer). *Theorem*: "
         "'yes' when the lower bound is proven for the mixer (a normalised nonnegative "
         "kernel head; its state size is its rank), 'positional' when it is proven for "
         "families that hold every order of their keys (`-every-order`: position-"
@@ -336,7 +448,10 @@ def _markdown(cfg, summary, checks, agree):
         labels={"no_proven_mixer_solved_below_bound":
                 "no mixer the proof covers solved below the certified rank",
                 "recurrent_equals_parallel":
-                "every mixer's recurrent form gives its parallel outputs (within 1e-6)"})
+                "every mixer's recurrent form gives its parallel outputs (within 1e-6)",
+                "control_solved":
+                f"the control ({(cfg['control'] or {}).get('mixer')}) solved every family "
+                "it solved before"})
 
 
 def _below_note(summary):

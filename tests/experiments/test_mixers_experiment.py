@@ -1,6 +1,9 @@
 """The mixers recipe: a state-size leaderboard on final-query families (tiny settings)."""
 
+import json
+
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -182,3 +185,90 @@ def test_the_whole_exact_m12_family_is_a_family_of_the_full_grid(tmp_path):
     assert row["certified_min_rank"] == 80
     assert res.checks == {"no_proven_mixer_solved_below_bound": True,
                           "recurrent_equals_parallel": True}
+
+
+def test_unsolved_fits_split_into_cannot_and_did_not_train():
+    # kernel is proven on the exact family: below 14 it cannot solve; at 16 a fit of
+    # 5 epochs did not train. linear is outside the theorem: nothing is "cannot"
+    res = mixers_experiment(mixers=["kernel", "linear"], figures=False, **TINY)
+    s = res.summary.set_index("mixer")
+    assert (s.loc["kernel", "cannot"], s.loc["kernel", "did_not_train"]) == ("2", "16:1/1")
+    assert (s.loc["linear", "cannot"], s.loc["linear", "did_not_train"]) == (
+        "", "2:1/1 16:1/1")
+    table = display_table(res)
+    assert table.loc["kernel", "cannot: below the proven bound"] == "2"
+    assert table.loc["linear", "cannot: below the proven bound"] == "-"
+    # without a sweep every mixer trains at the settings' learning rate
+    assert s["lr"].tolist() == [0.03, 0.03] and s["lr_sweep"].tolist() == ["fixed"] * 2
+    assert res.lr_sweep is None and "control_solved" not in res.checks
+
+
+def display_table(res):
+    from minip_learn.experiments.mixers import _display_row
+
+    rows = [_display_row(r) for _, r in res.summary.iterrows()]
+    return pd.DataFrame(rows).set_index("mixer")
+
+
+def _fits(rows):
+    return pd.DataFrame(rows, columns=["lr", "solved", "max_abs_error"])
+
+
+def test_the_learning_rate_solving_most_fits_is_picked():
+    from minip_learn.experiments.mixers import _pick_lr
+
+    fits = _fits([(0.01, True, 0.4), (0.01, False, 0.9),
+                  (0.03, False, 1.2), (0.03, False, 1.3),
+                  (0.1, True, 0.3), (0.1, True, 0.45)])
+    assert _pick_lr(fits, 0.03) == (0.1, "0.01:1/2 0.03:0/2 0.1:2/2")
+    # a tie in solved fits goes to the smaller mean maximum error ...
+    fits = _fits([(0.01, True, 0.2), (0.01, False, 0.9), (0.1, True, 0.3),
+                  (0.1, False, 1.0)])
+    assert _pick_lr(fits, 0.1)[0] == 0.01
+    # ... then to the settings' rate, then to the smaller rate
+    fits = _fits([(0.01, False, 1.0), (0.03, False, 1.0), (0.1, False, 1.0)])
+    assert _pick_lr(fits, 0.1)[0] == 0.1
+    assert _pick_lr(fits, 0.5)[0] == 0.01
+
+
+def test_each_mixer_trains_at_the_rate_its_sweep_picked(tmp_path):
+    sweep = dict(family=dict(n_bits=24, seq_len=3, construction="small"), lrs=(0.5, 0.02),
+                 state_factors=(1,), seeds=(0,))
+    res = mixers_experiment(mixers=["kernel"], lr_sweep=sweep, out=tmp_path, **TINY)
+    fits = res.lr_sweep
+    assert sorted(fits["lr"]) == [0.02, 0.5] and set(fits["state_size"]) == {8}
+    assert set(fits["family"]) == {"small-m24"}
+    lr, evidence = res.summary.loc[0, "lr"], res.summary.loc[0, "lr_sweep"]
+    assert evidence == " ".join(f"{r:g}:{int(k)}/1" for r, k in
+                                fits.groupby("lr")["solved"].sum().items())
+    # the grid's fits ran at the chosen rate: their stored parameters say so
+    configs = [json.loads(p.read_text()) for p in (tmp_path / "runs").glob(
+        "mixers-*/config.json")]
+    assert configs and all(c["params"]["lr"] == lr for c in configs), configs
+    assert (tmp_path / "lr_sweep.csv").exists()
+    assert "*lr*: the mixer's learning rate" in res.markdown
+
+
+def test_a_grid_whose_control_fails_is_reported_invalid():
+    control = dict(mixer="_NoTheoremExactMinIP", families=("exact-m8",))
+    res = mixers_experiment(mixers=[_NoTheoremExactMinIP], control=control,
+                            figures=False, **TINY)
+    assert res.checks["control_solved"] is True and "INVALID" not in res.markdown
+    res = mixers_experiment(mixers=["linear"], figures=False,
+                            control=dict(mixer="linear", families=("exact-m8",)), **TINY)
+    assert res.checks["control_solved"] is False
+    assert res.markdown.splitlines()[2].startswith(
+        "**INVALID: the control `linear` solved nothing on `exact-m8`")
+    # a control that did not run, or ran on none of its families, checks nothing
+    res = mixers_experiment(mixers=["linear"], figures=False,
+                            control=dict(mixer="linear", families=("auto-m24",)), **TINY)
+    assert "control_solved" not in res.checks
+
+
+def test_a_family_may_set_its_own_training_settings():
+    family = dict(n_bits=24, seq_len=3, construction="small", mixer=dict(max_epochs=2))
+    res = mixers_experiment(mixers=["linear"], figures=False,
+                            **{**TINY, "families": [TINY["families"][0], family]})
+    epochs = res.results.groupby("family")["n_epochs"].max()
+    assert epochs.to_dict() == {"exact-m8": 5, "small-m24": 2}
+    assert "`small-m24`: max_epochs=2" in res.markdown
