@@ -207,7 +207,7 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
                     devices=devices, progress=progress, figures=figures, ensemble=ensemble,
                     overrides=settings)
     cfg = recipe.cfg
-    families = [_family_settings(cfg, f) for f in cfg["families"]]
+    families = [_family_settings(cfg, f, settings.get("mixer")) for f in cfg["families"]]
     for _, fcfg in families:        # an unknown mixer name fails before any fit
         for mixer in fcfg["mixers"] or available_mixers():
             _label(mixer)
@@ -317,16 +317,18 @@ def _control_failures(control, summary):
     return rows.loc[rows["n_solved"] == 0, "family"].tolist()
 
 
-def _family_settings(cfg, family):
+def _family_settings(cfg, family, given=None):
     """``(make_witness_suite arguments, settings)`` of one entry of ``families``: the
-    recipe's settings with the entry's :data:`FAMILY_OPTIONS` in place."""
+    recipe's settings with the entry's :data:`FAMILY_OPTIONS` in place (its ``mixer``
+    merged over the recipe's, and the caller's ``mixer`` settings, ``given``, over
+    both)."""
     if not isinstance(family, dict):
         raise ValueError(f"every entry of families must be a dict of make_witness_suite "
                          f"arguments; got {family!r}.")
     params = {k: v for k, v in family.items() if k not in FAMILY_OPTIONS}
     own = {k: v for k, v in family.items() if k in FAMILY_OPTIONS}
     if "mixer" in own:
-        own["mixer"] = {**cfg["mixer"], **own["mixer"]}
+        own["mixer"] = {**cfg["mixer"], **own["mixer"], **(given or {})}
     return params, {**cfg, **own}
 
 

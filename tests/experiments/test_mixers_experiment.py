@@ -266,9 +266,15 @@ def test_a_grid_whose_control_fails_is_reported_invalid():
 
 
 def test_a_family_may_set_its_own_training_settings():
-    family = dict(n_bits=24, seq_len=3, construction="small", mixer=dict(max_epochs=2))
-    res = mixers_experiment(mixers=["linear"], figures=False,
-                            **{**TINY, "families": [TINY["families"][0], family]})
+    small = dict(n_bits=24, seq_len=3, construction="small")
+    families = [{**small, "mixer": dict(max_epochs=2)},
+                {**small, "orders": "all", "mixer": dict(max_epochs=3)}]
+    options = {**TINY, "families": families, "mixer": {"stop_tolerance": 0.5}}
+    res = mixers_experiment(mixers=["linear"], figures=False, **options)
     epochs = res.results.groupby("family")["n_epochs"].max()
-    assert epochs.to_dict() == {"exact-m8": 5, "small-m24": 2}
+    assert epochs.to_dict() == {"small-m24": 2, "small-m24-every-order": 3}
     assert "`small-m24`: max_epochs=2" in res.markdown
+    # what the caller sets reaches every fit (as the command line's --max-epochs does)
+    res = mixers_experiment(mixers=["linear"], figures=False,
+                            **{**options, "mixer": {"max_epochs": 1}})
+    assert res.results["n_epochs"].tolist() == [1, 1, 1, 1]
