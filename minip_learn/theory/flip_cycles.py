@@ -38,6 +38,7 @@ from sklearn.utils import Bunch
 
 from .._validation import check_int, check_sequences
 from ..compact import is_compact
+from ._docs import verify_doc
 
 __all__ = []  # public home: the package minip_learn.theory
 
@@ -104,6 +105,7 @@ def _sequences(cycle):
             yield (tuple(int(v) for v in x), a, b)
 
 
+@verify_doc
 def verify_flip_cycle(cycle, X=None, *, raise_on_failure=True):
     """Check an odd flip cycle, independently of how it was found.
 
@@ -120,13 +122,9 @@ def verify_flip_cycle(cycle, X=None, *, raise_on_failure=True):
     X : array-like of shape (n_samples, 3, n_bits) or CompactFamily, default=None
         The family; None: the full task over ``n_bits`` bits, which holds every
         multiset of three tokens.
-    raise_on_failure : bool, default=True
-        Raise a :class:`ValueError` naming the first failed check; otherwise return
-        False.
+    %(raise_on_failure)s
 
-    Returns
-    -------
-    valid : bool
+    %(valid)s
 
     Examples
     --------

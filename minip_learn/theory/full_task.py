@@ -29,6 +29,7 @@ from sklearn.utils import Bunch
 from .._validation import check_int, distinct_tokens
 from ..bits import pack_tokens
 from ..compact import CompactFamily
+from ._docs import verify_doc
 from ._full_task_search import best_pairs
 from ._pools import weight_pools
 from ._task_sets import AllSequences, full_task_triples
@@ -366,6 +367,7 @@ def pad_certificate(certificate, n_bits):
                                keys=pad(certificate.keys))
 
 
+@verify_doc
 def verify_full_task_certificate(certificate, n_bits, *, raise_on_failure=True):
     """Check a certificate against the full length-3 task over ``n_bits`` bits, any
     size, without listing the task.
@@ -387,13 +389,9 @@ def verify_full_task_certificate(certificate, n_bits, *, raise_on_failure=True):
         As for :func:`~minip_learn.theory.verify_certificate`.
     n_bits : int
         Bits per token of the task (at most 64).
-    raise_on_failure : bool, default=True
-        Raise a :class:`ValueError` naming the first failed check; otherwise return
-        False.
+    %(raise_on_failure)s
 
-    Returns
-    -------
-    valid : bool
+    %(valid)s
 
     Examples
     --------

@@ -46,6 +46,7 @@ import numpy as np
 from .._progress import stages
 from .._validation import check_sequences
 from ..compact import is_compact
+from ._docs import verify_doc
 from ._task_sets import AllSequences
 
 __all__ = []  # public home: the package minip_learn.theory
@@ -329,6 +330,7 @@ def _scan_family(X, tokens, want, final_query=False, count=False, positional=Fal
     return found, unknown, (triples.count() if triples is not None else 0)
 
 
+@verify_doc
 def verify_certificate(certificate, X, *, query=None, raise_on_failure=True, progress=False):
     """Check a rank certificate against a family, independently of :func:`certify`.
 
@@ -357,18 +359,13 @@ def verify_certificate(certificate, X, *, query=None, raise_on_failure=True, pro
         the final position of the materialised sequence). ``"all"``: any position.
         None: the certificate's own ``query``; a value that differs from it is a
         ``ValueError``.
-    raise_on_failure : bool, default=True
-        Raise a :class:`ValueError` naming the first failed check; otherwise return
-        False.
+    %(raise_on_failure)s
     progress : bool, default=False
         Show a progress bar (:mod:`tqdm`, on standard error) naming each stage as it
         runs: ``read`` (the certificate and the family's values), ``check`` (the two
         fit each other, then the chains, the rank and the pass over the family).
 
-    Returns
-    -------
-    valid : bool
-        True when every check passes.
+    %(valid)s
 
     Raises
     ------
