@@ -20,7 +20,17 @@ from sklearn.utils import Bunch
 from ..datasets import make_witness_suite
 from ..estimators import SequenceMixerRegressor
 from ..nn import available_mixers, get_mixer
-from ._shared import Recipe, display, fmt, report, settings_text
+from ._mixers_report import (
+    control_failures,
+    display_row,
+    family_name,
+    leaderboard_figure,
+    mixers_markdown,
+    pick_lr,
+    proven_here,
+    summary_row,
+)
+from ._shared import Recipe, display
 
 __all__ = []  # public home: the package minip_learn.experiments
 
@@ -97,10 +107,6 @@ SETTINGS = {
 #: parameters merged over the recipe's)
 FAMILY_OPTIONS = ("mixers", "state_sizes", "state_factors", "below_bound", "seeds", "mixer")
 
-#: the kernel-attention mixers, whose state size is a rank: covered on every family
-#: (``"yes"``) or on families in every order of their keys (``"positional"``)
-KERNEL_THEOREMS = ("yes", "positional")
-
 
 def state_grid(certified_min_rank, factors=(0.5, 1, 2, 4), *, below_bound=True):
     """State sizes around a certified rank ``b``: ``int(f b)`` for every factor ``f``,
@@ -117,18 +123,6 @@ def state_grid(certified_min_rank, factors=(0.5, 1, 2, 4), *, below_bound=True):
     b = int(certified_min_rank)
     sizes = {int(f * b) for f in factors} | ({b - 1} if below_bound else set())
     return sorted(s for s in sizes if s >= 1)
-
-
-def _family_name(params):
-    name = f"{params.get('construction', 'auto')}-m{params['n_bits']}"
-    if params.get("n_queries") is not None:
-        name += f"-{params['n_queries']}w"
-    return name + ("-every-order" if params.get("orders", "fixed") == "all" else "")
-
-
-def _proven(theorem, positional):
-    """Whether the family's certificate binds a mixer declaring ``theorem``."""
-    return theorem == "yes" or (theorem == "positional" and bool(positional))
 
 
 def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progress=True,
@@ -216,7 +210,7 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
         suite = make_witness_suite(**params, query="last")
         if suite.X is None:
             raise ValueError(
-                f"family {_family_name(params)}: {len(suite.family):,} sequences of length "
+                f"family {family_name(params)}: {len(suite.family):,} sequences of length "
                 f"{suite.family.seq_len} would take {suite.family.materialized_nbytes:,} "
                 "bytes as an array, more than MATERIALIZE_MAX_BYTES; the mixers train on "
                 "materialised sequences: lower its max_sequences or n_queries.")
@@ -226,7 +220,7 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     lrs, lr_fits = _learning_rates(recipe, cfg, every_mixer)
     parts, rows, agree = [], [], {}
     for (params, fcfg), suite in zip(families, suites):
-        fam = _family_name(params)
+        fam = family_name(params)
         bound = int(suite.certified_min_rank)
         sizes = sorted(int(s) for s in (fcfg["state_sizes"] or state_grid(
             bound, fcfg["state_factors"], below_bound=fcfg["below_bound"])))
@@ -245,29 +239,29 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
             fits["positional_certificate"] = bool(suite.certificate.positional)
             fits["state_floats"] = [e.state_floats_ for e in ests]
             parts.append(fits)
-            rows.append({**_summary_row(suite, fam, name, bound, fits),
+            rows.append({**summary_row(suite, fam, name, bound, fits),
                          "lr": lrs[name][0], "lr_sweep": lrs[name][1]})
             agree[f"{fam}/{name}"] = _recurrent_gap(ests, fits, suite.X)
     results = pd.concat(parts, ignore_index=True)
     summary = pd.DataFrame(rows)
     below = (results["state_size"] < results["certified_min_rank"]) & results[
         "solved"].astype(bool)
-    proven = [_proven(t, p) for t, p in zip(results["theorem"],
+    proven = [proven_here(t, p) for t, p in zip(results["theorem"],
                                             results["positional_certificate"])]
     checks = {
         "no_proven_mixer_solved_below_bound": bool(not below[proven].any()),
         "recurrent_equals_parallel": bool(max(agree.values()) < 1e-6),
     }
-    failed = _control_failures(cfg["control"], summary)
+    failed = control_failures(cfg["control"], summary)
     if failed is not None:
         checks["control_solved"] = not failed
-    markdown = _markdown(cfg, families, summary, checks, agree, failed)
-    figs = {"leaderboard": _figure(results, summary)} if figures else {}
+    markdown = mixers_markdown(cfg, families, summary, checks, agree, failed)
+    figs = {"leaderboard": leaderboard_figure(results, summary)} if figures else {}
     tables = {} if lr_fits is None else {"lr_sweep": lr_fits}
     return recipe.finish(Bunch(results=results, summary=summary, lr_sweep=lr_fits,
                                markdown=markdown, checks=checks, recurrent_gap=agree,
                                figures=figs),
-                         table=display(summary, _display_row), tables=tables)
+                         table=display(summary, display_row), tables=tables)
 
 
 def _learning_rates(recipe, cfg, mixers):
@@ -278,7 +272,7 @@ def _learning_rates(recipe, cfg, mixers):
     if not sweep:
         return {name: (default, "fixed") for name in mixers}, None
     suite = make_witness_suite(**sweep["family"], query="last")
-    fam = _family_name(sweep["family"])
+    fam = family_name(sweep["family"])
     sizes = state_grid(suite.certified_min_rank, sweep["state_factors"], below_bound=False)
     chosen, parts = {}, []
     for name, mixer in mixers.items():
@@ -289,32 +283,9 @@ def _learning_rates(recipe, cfg, mixers):
                            seeds=list(sweep["seeds"]), certified_min_rank=suite.certificate,
                            tags={"mixer": name, "family": fam})
         fits = res.results.reset_index(drop=True).assign(mixer=name, family=fam)
-        chosen[name] = _pick_lr(fits, default)
+        chosen[name] = pick_lr(fits, default)
         parts.append(fits)
     return chosen, pd.concat(parts, ignore_index=True)
-
-
-def _pick_lr(fits, default):
-    """``(lr, evidence)``: the learning rate solving most fits (ties: the smaller mean
-    maximum error, then ``default``, then the smaller rate); the evidence lists each
-    rate's solved fits, ``"lr:k/n"``."""
-    per_lr = fits.groupby("lr").agg(k=("solved", lambda s: int(s.astype(bool).sum())),
-                                    n=("solved", "size"), error=("max_abs_error", "mean"))
-    best = min(per_lr.index, key=lambda lr: (-per_lr.loc[lr, "k"], per_lr.loc[lr, "error"],
-                                             lr != default, lr))
-    return float(best), " ".join(f"{lr:g}:{int(r.k)}/{int(r.n)}" for lr, r in per_lr.iterrows())
-
-
-def _control_failures(control, summary):
-    """The families named in ``control`` on which the control mixer solved nothing
-    (None without a control, or when the control mixer or none of its families ran)."""
-    if not control:
-        return None
-    rows = summary[(summary["mixer"] == control["mixer"])
-                   & summary["family"].isin(control["families"])]
-    if not len(rows):
-        return None
-    return rows.loc[rows["n_solved"] == 0, "family"].tolist()
 
 
 def _family_settings(cfg, family, given=None):
@@ -340,46 +311,6 @@ def _label(mixer):
     return getattr(cls, "name", None) or getattr(mixer, "__name__", type(mixer).__name__)
 
 
-def _summary_row(suite, fam, name, bound, fits):
-    solved = fits["solved"].astype(bool)
-    per_state = fits.groupby("state_size")["solved"].agg(["sum", "count"])
-    solving = per_state.index[per_state["sum"] > 0]
-    smallest = int(solving.min()) if len(solving) else None
-    at = fits[fits["state_size"] == smallest] if smallest is not None else fits.iloc[:0]
-    theorem = fits["theorem"].iloc[0]
-    kernel_like = theorem in KERNEL_THEOREMS
-    proven = _proven(theorem, fits["positional_certificate"].iloc[0])
-    # a proven mixer cannot solve below the bound; any other unsolved fit did not train
-    cannot = [s for s in per_state.index if proven and s < bound]
-    untrained = [(s, r["count"] - r["sum"]) for s, r in per_state.iterrows()
-                 if s not in cannot and r["sum"] < r["count"]]
-    return dict(
-        family=fam,
-        n_bits=int(suite.X.shape[2]),
-        seq_len=int(suite.X.shape[1]),
-        n_sequences=int(suite.X.shape[0]),
-        mixer=name,
-        theorem=theorem,
-        proven=proven,
-        certified_min_rank=bound,
-        smallest_solving_state=smallest,
-        smallest_solving_state_floats=(int(at["state_floats"].iloc[0])
-                                       if len(at) and at["state_floats"].notna().all()
-                                       else None),
-        smallest_solving_rank=smallest if kernel_like else None,
-        solved_fraction=float(at["solved"].astype(bool).mean()) if len(at) else 0.0,
-        solved_below_bound=bool(smallest is not None and smallest < bound),
-        solved_by_state=" ".join(f"{s}:{int(r['sum'])}/{int(r['count'])}"
-                                 for s, r in per_state.iterrows()),
-        cannot=" ".join(str(s) for s in cannot),
-        did_not_train=" ".join(f"{s}:{int(k)}/{int(per_state.loc[s, 'count'])}"
-                               for s, k in untrained),
-        n_solved=int(solved.sum()),
-        n_fits=int(len(fits)),
-        fit_time=float(fits["fit_time"].mean()),
-    )
-
-
 def _recurrent_gap(ests, fits, X, n=64):
     """Largest |parallel - recurrent| output of the mixer's best fit on ``X[:n]``."""
     best = int(np.argmin(fits["max_abs_error"].to_numpy()))
@@ -388,124 +319,3 @@ def _recurrent_gap(ests, fits, X, n=64):
     module = copy.deepcopy(net.module_).to(torch.float64)
     with torch.no_grad():
         return float((module(x) - module.recurrent(x)).abs().max())
-
-
-def _display_row(r):
-    return {
-        "family": r["family"],
-        "mixer": r["mixer"],
-        "theorem": r["theorem"],
-        "bound proven here": "yes" if r["proven"] else "no",
-        "certified rank": fmt(r["certified_min_rank"]),
-        "smallest solving state": fmt(r["smallest_solving_state"]),
-        "state floats there": fmt(r["smallest_solving_state_floats"]),
-        "solved there": fmt(r["solved_fraction"]),
-        "below the bound": "yes" if r["solved_below_bound"] else "no",
-        "solved per state (k/n)": r["solved_by_state"],
-        "cannot: below the proven bound": r["cannot"] or "-",
-        "did not train (unsolved/n)": r["did_not_train"] or "-",
-        "lr": f"{r['lr']:g}",
-        "lr sweep (solved per lr)": r["lr_sweep"],
-        "fit time (s)": fmt(r["fit_time"]),
-    }
-
-
-def _markdown(cfg, families, summary, checks, agree, failed):
-    fams = ", ".join(
-        f"`{r.family}` ({r.n_sequences} sequences of length {r.seq_len}, certified rank "
-        f"{r.certified_min_rank})"
-        for r in summary.drop_duplicates("family").itertuples())
-    own = "".join(f"; `{_family_name(params)}`: " + settings_text(
-        {k: v for k, v in fcfg["mixer"].items() if cfg["mixer"].get(k) != v})
-        for params, fcfg in families if fcfg["mixer"] != cfg["mixer"])
-    sweep = cfg["lr_sweep"]
-    lr_text = ("*lr*: the learning rate of every fit of the mixer" if not sweep else
-               f"*lr*: the mixer's learning rate, the one of {list(sweep['lrs'])} that "
-               f"solved most fits of `{_family_name(sweep['family'])}` at "
-               f"{list(sweep['state_factors'])} times its certified rank, seeds "
-               f"{list(sweep['seeds'])} (ties: the smaller mean maximum error); "
-               "*lr sweep* gives each rate's solved fits (`lr_sweep.csv`)")
-    invalid = ("" if not failed else
-               f"**INVALID: the control `{cfg['control']['mixer']}` solved nothing on "
-               + ", ".join(f"`{f}`" for f in failed) + ", where it solved before; a "
-               "failed fit here says nothing about a mixer.** ")
-    return report(
-        "Sequence mixers on final-query Min-IP: state needed against the certified rank",
-        invalid + f"Families in final-query form (the query token last): {fams}. Fits: "
-        + settings_text({k: v for k, v in cfg["mixer"].items() if not (sweep and k == "lr")})
-        + own + f"; seeds {list(cfg['seeds'])} (unless a family "
-        "sets its own: the column *solved per state* counts them). " + lr_text + ". "
-        "*Cannot*: states below the certified rank of a mixer the proof covers there; "
-        "*did not train*: the other states where some seed did not solve (a failed fit "
-        "is not evidence about a mixer). *Theorem*: "
-        "'yes' when the lower bound is proven for the mixer (a normalised nonnegative "
-        "kernel head; its state size is its rank), 'positional' when it is proven for "
-        "families that hold every order of their keys (`-every-order`: position-"
-        "dependent maps), 'no' outside it. *Smallest solving state*: the "
-        "smallest state size of the grid at which some seed solves every sequence "
-        "('-': none); *state floats*: what that state carries from one token to the "
-        "next. Largest |parallel - recurrent| output over the fits checked: "
-        f"{max(agree.values()):.2g}.",
-        display(summary, _display_row), checks, note=_below_note(summary),
-        labels={"no_proven_mixer_solved_below_bound":
-                "no mixer the proof covers solved below the certified rank",
-                "recurrent_equals_parallel":
-                "every mixer's recurrent form gives its parallel outputs (within 1e-6)",
-                "control_solved":
-                f"the control ({(cfg['control'] or {}).get('mixer')}) solved every family "
-                "it solved before"})
-
-
-def _below_note(summary):
-    """What solved below the certified rank, by theorem row (None if nothing did)."""
-    rows = summary[summary["solved_below_bound"]]
-    if not len(rows):
-        return None
-    found = "; ".join(f"`{r.mixer}` on `{r.family}` at state {fmt(r.smallest_solving_state)} "
-                      f"(certified rank {r.certified_min_rank}, theorem: {r.theorem})"
-                      for r in rows.itertuples())
-    note = f"Solved below the certified rank: {found}."
-    if (rows["theorem"] == "positional").any():
-        note += (" A fixed-order family's certificate bounds positionless maps; a "
-                 "position-dependent map that solves below it uses the order (the "
-                 "smaller key of every three-distinct-token sequence at one fixed "
-                 "position), which the same family in every order of its keys "
-                 "(`-every-order`, a positional certificate) takes away.")
-    return note
-
-
-def _figure(results, summary):
-    import matplotlib.pyplot as plt
-
-    fams = list(dict.fromkeys(summary["family"]))
-    ncols = min(3, len(fams))
-    nrows = -(-len(fams) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(4.8 * ncols + 2.2, 4.0 * nrows + 0.6),
-                             layout="constrained", squeeze=False)
-    axes = axes.ravel()
-    for ax in axes[len(fams):]:
-        ax.set_axis_off()
-    markers = "osD^vP*Xh"
-    for ax, fam in zip(axes, fams):
-        part = results[results["family"] == fam]
-        bound = int(summary.loc[summary["family"] == fam, "certified_min_rank"].iloc[0])
-        groups = list(part.groupby("mixer", sort=True))
-        for i, (name, g) in enumerate(groups):
-            frac = g.groupby("state_size")["solved"].apply(lambda s: s.astype(bool).mean())
-            theorem = g["theorem"].iloc[0]
-            # a small horizontal offset per mixer keeps coinciding points visible
-            shift = 2.0 ** (0.04 * (i - (len(groups) - 1) / 2))
-            ax.plot(frac.index * shift, frac.to_numpy(), marker=markers[i % len(markers)],
-                    color=f"C{i}", linestyle="-" if theorem in KERNEL_THEOREMS else "--",
-                    label=f"{name} ({theorem})")
-        ax.axvline(bound, color="k", linestyle=":", label="certified rank")
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(-0.05, 1.05)
-        ax.set_xlabel("state size (rank / key dimension)")
-        ax.set_ylabel("solved fraction over seeds")
-        ax.set_title(f"{fam} (certified rank {bound})")
-    axes[ncols - 1].legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
-    fig.suptitle("Final-query Min-IP: solved fraction against state size\n"
-                 "(solid: kernel attention, covered on every family or in every order; "
-                 "dashed: others)")
-    return fig

@@ -204,7 +204,7 @@ def test_unsolved_fits_split_into_cannot_and_did_not_train():
 
 
 def display_table(res):
-    from minip_learn.experiments.mixers import _display_row
+    from minip_learn.experiments._mixers_report import display_row as _display_row
 
     rows = [_display_row(r) for _, r in res.summary.iterrows()]
     return pd.DataFrame(rows).set_index("mixer")
@@ -215,7 +215,7 @@ def _fits(rows):
 
 
 def test_the_learning_rate_solving_most_fits_is_picked():
-    from minip_learn.experiments.mixers import _pick_lr
+    from minip_learn.experiments._mixers_report import pick_lr as _pick_lr
 
     fits = _fits([(0.01, True, 0.4), (0.01, False, 0.9),
                   (0.03, False, 1.2), (0.03, False, 1.3),
