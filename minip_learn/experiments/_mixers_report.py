@@ -12,6 +12,7 @@ KERNEL_THEOREMS = ("yes", "positional")
 
 
 def family_name(params):
+    """A family's name in the tables, from its make_witness_suite arguments."""
     name = f"{params.get('construction', 'auto')}-m{params['n_bits']}"
     if params.get("n_queries") is not None:
         name += f"-{params['n_queries']}w"
@@ -47,6 +48,7 @@ def control_failures(control, summary):
 
 
 def summary_row(suite, fam, name, bound, fits):
+    """The summary row of one mixer on one family, from its fits."""
     solved = fits["solved"].astype(bool)
     per_state = fits.groupby("state_size")["solved"].agg(["sum", "count"])
     solving = per_state.index[per_state["sum"] > 0]
@@ -87,6 +89,7 @@ def summary_row(suite, fam, name, bound, fits):
 
 
 def display_row(r):
+    """A summary row as ``table.csv`` shows it."""
     return {
         "family": r["family"],
         "mixer": r["mixer"],
@@ -107,6 +110,7 @@ def display_row(r):
 
 
 def mixers_markdown(cfg, families, summary, checks, agree, failed):
+    """The recipe's ``summary.md``; ``failed``: the families the control failed."""
     fams = ", ".join(
         f"`{r.family}` ({r.n_sequences} sequences of length {r.seq_len}, certified rank "
         f"{r.certified_min_rank})"
@@ -171,6 +175,7 @@ def _below_note(summary):
 
 
 def leaderboard_figure(results, summary):
+    """Solved fraction against state size, a panel a family."""
     import matplotlib.pyplot as plt
 
     fams = list(dict.fromkeys(summary["family"]))

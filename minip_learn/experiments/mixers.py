@@ -65,19 +65,19 @@ SETTINGS = {
     # the paper's witness bound at m = 24
     # (``construction="small"``, certified rank 8) in its fixed order and in every order
     # of its keys, where the bound also covers position-dependent maps; the Hadamard
-    # family R6 at m = 24 (4,186 sequences of length 3, certified rank 17). The kernel
-    # mixers split shared features every 200 epochs (``split_every``, ignored by the
-    # other mixers), as the kernel estimators do.
-    # and the whole exact m = 12 family in final-query form (12,720 sequences of length
-    # 53, exact rank 80: states 40, 79, 80, 160 and 320) with up to 1,500 epochs a fit
-    # (the default max_sequences=5000 would keep 4,950 sequences over 50 words); what
-    # its fits cost is on docs/performance.rst.
+    # family R6 at m = 24 (4,186 sequences of length 3, certified rank 17); and the
+    # whole exact m = 12 family in final-query form (12,720 sequences of length 53,
+    # exact rank 80: states 40, 79, 80, 160 and 320) with up to 1,500 epochs a fit (the
+    # default max_sequences=5000 would keep 4,950 sequences over 50 words; what its fits
+    # cost is on docs/performance.rst). The kernel mixers split shared features every
+    # 200 epochs (``split_every``, ignored by the other mixers), as the kernel
+    # estimators do.
     # Each mixer's learning rate is the one of ``lr_sweep["lrs"]`` that solves most
     # fits of ``lr_sweep["family"]`` at ``lr_sweep["state_factors"]`` times its
     # certified rank (ties: the smaller mean maximum error, then the ``mixer`` lr,
-    # then the smaller lr; ``lr_sweep=False``: ``mixer``'s lr). The ``control`` mixer must solve
-    # every family named in ``control["families"]`` at some state (it did in the run
-    # the docs show); a grid whose control fails there is reported invalid.
+    # then the smaller lr; ``lr_sweep=False``: ``mixer``'s lr). The ``control`` mixer
+    # must solve every family named in ``control["families"]`` at some state (it did in
+    # the run the docs show); a grid whose control fails there is reported invalid.
     "full": dict(
         families=(
             dict(n_bits=8, construction="exact"),
@@ -247,7 +247,7 @@ def mixers_experiment(*, quick=True, out=None, n_jobs=None, devices=None, progre
     below = (results["state_size"] < results["certified_min_rank"]) & results[
         "solved"].astype(bool)
     proven = [proven_here(t, p) for t, p in zip(results["theorem"],
-                                            results["positional_certificate"])]
+                                                results["positional_certificate"])]
     checks = {
         "no_proven_mixer_solved_below_bound": bool(not below[proven].any()),
         "recurrent_equals_parallel": bool(max(agree.values()) < 1e-6),
