@@ -140,14 +140,32 @@ MIXER_FINDINGS = [
      "solved per state (k/n)", "4:3/3 7:3/3 8:3/3 16:3/3 32:3/3"),
     ("witness at state 4 in both orders, for every seed", "small-m24-every-order", "mamba",
      "solved per state (k/n)", "4:3/3 7:3/3 8:3/3 16:3/3 32:3/3"),
-    ("family at state 7 (56 floats", "exact-m8", "deltanet", "state floats there", "56"),
-    ("witness at 4 to 7", "small-m24", "deltanet", "smallest solving state", "7"),
-    ("witness at 4 to 7", "small-m24-every-order", "deltanet", "smallest solving state",
-     "4"),
+    ("family at state 7 (two seeds of three; 56 floats", "exact-m8", "deltanet",
+     "solved per state (k/n)", "7:2/3 13:2/3 14:3/3 28:3/3 56:3/3"),
+    ("family at state 7 (two seeds of three; 56 floats", "exact-m8", "deltanet",
+     "state floats there", "56"),
+    ("the 20-word exact ``m = 12`` family at 19", "exact-m12-20w", "deltanet",
+     "smallest solving state", "19"),
+    ("``m = 8`` family at 13 for one seed of three", "exact-m8", "gla",
+     "solved per state (k/n)", "7:0/3 13:1/3 14:1/3 28:1/3 56:0/3"),
+    ("gave DeltaNet 0.1 (6 of 6 fits solved, against 5 of 6 at 0.01 and 0.03)",
+     "exact-m8", "deltanet", "lr sweep (solved per lr)", "0.01:5/6 0.03:5/6 0.1:6/6"),
+    ("gave DeltaNet 0.1", "small-m24", "deltanet", "lr", "0.1"),
+    ("did not train on either ``m = 24`` witness (0 of 30 fits)", "small-m24", "deltanet",
+     "did not train (unsolved/n)", "4:3/3 7:3/3 8:3/3 16:3/3 32:3/3"),
+    ("did not train on either ``m = 24`` witness (0 of 30 fits)", "small-m24-every-order",
+     "deltanet", "did not train (unsolved/n)", "4:3/3 7:3/3 8:3/3 16:3/3 32:3/3"),
+    ("GLA at the sweep's 0.01", "small-m24", "gla", "lr", "0.01"),
+    ("solves the ``m = 24`` witness from state 8", "small-m24", "gla",
+     "smallest solving state", "8"),
+    ("its ``-every-order`` family at 16 and\n  32 for every seed", "small-m24-every-order",
+     "gla", "solved per state (k/n)", "4:0/3 7:0/3 8:0/3 16:3/3 32:3/3"),
+    ("linear attention solved nothing at any of the three\n  rates", "exact-m8", "linear",
+     "lr sweep (solved per lr)", "0.01:0/6 0.03:0/6 0.1:0/6"),
     ("the 20-word exact ``m = 12`` family at every state of the grid", "exact-m12-20w",
      "softmax", "solved per state (k/n)", "10:1/1 19:1/1 20:1/1 40:1/1 80:1/1"),
-    ("R6 at states 8 to\n  34 (2, 3 and 3 seeds of 3; none at 68)", "auto-m24",
-     "softmax", "solved per state (k/n)", "8:2/3 17:3/3 34:3/3 68:0/3"),
+    ("R6 at every state (2, 3, 3 and 1 seeds of 3 at 8, 17, 34 and\n  68)", "auto-m24",
+     "softmax", "solved per state (k/n)", "8:2/3 17:3/3 34:3/3 68:1/3"),
     ("first solve at state 68 (certified 17, constructive 46), one seed of\n  three each",
      "auto-m24", "kernel", "solved per state (k/n)", "8:0/3 17:0/3 34:0/3 68:1/3"),
     ("first solve at state 68 (certified 17, constructive 46), one seed of\n  three each",
@@ -188,6 +206,10 @@ def test_causal_page_counts_of_the_mixers_artifact():
         solved(table["small-m24-every-order", "softmax"])
     assert (sum(k for k, _ in cells), sum(n for _, n in cells)) == (1, 30)
     assert "only once in 30 fits" in page
+    # the control solved every family it is expected to
+    summary = (ROOT / "docs" / "_static" / "extended" / "mixers" / "summary.md").read_text()
+    assert "- [x] the control (softmax) solved every family it solved before" in summary
+    assert "INVALID" not in summary and "softmax, the control" in page
     # "the kernel head's proven 14 x 10": 10 floats per unit of rank on exact m = 8
     kernel = table["exact-m8", "kernel"]
     assert "14 x 10" in page and kernel["certified rank"] == "14"
