@@ -216,6 +216,27 @@ def test_causal_page_counts_of_the_mixers_artifact():
     assert int(kernel["state floats there"]) == 10 * int(kernel["smallest solving state"])
 
 
+def test_causal_page_whole_family_records_equal_the_run_folder():
+    # "the fits of it finished so far": every record of the whole exact m = 12 family
+    # in the committed run folder, as the causal page gives them
+    import json
+
+    runs = ROOT / "docs" / "_static" / "extended" / "mixers" / "runs"
+    records = {(r["mixer"], r["state_size"], r["seed"]): (bool(r["solved"]), r["n_epochs"])
+               for path in runs.glob("mixers-exact-m12-[a-z]*/fit-*.json")
+               for r in [json.loads(path.read_text())]}
+    assert records == {
+        ("deltanet", 40, 0): (False, 1500), ("deltanet", 40, 1): (False, 1500),
+        ("deltanet", 40, 2): (True, 1137), ("deltanet", 79, 0): (False, 1500),
+        ("deltanet", 79, 1): (False, 1500), ("deltanet", 79, 2): (True, 224),
+        ("deltanet", 80, 0): (True, 456), ("deltanet", 80, 1): (False, 1500)}
+    page = " ".join((ROOT / "docs" / "causal.rst").read_text().split())
+    assert ("These are eight of DeltaNet's, at its swept rate 0.1: at state 40 seed 2 "
+            "solved (1,137 epochs) and seeds 0 and 1 did not in 1,500; at 79 seed 2 solved "
+            "(224 epochs) and seeds 0 and 1 did not; at 80 seed 0 solved (456 epochs) and "
+            "seed 1 did not.") in page
+
+
 #: the theory page's r*(m) prose: (words on the page, m, summary.csv column, value)
 FULL_TASK_FINDINGS = [
     ("exact at ``m = 2..5``: 1, 1, 2, 3", 2, "lower_bound", "1"),
