@@ -309,6 +309,7 @@ class HeadEnsemble(nn.Module):
         self.pair_path = True
         self.defer_underflow_check = False
         self._underflow = None  # the deferred check's flag (a device tensor)
+        self._one_by_one = False  # the generic path loops over the members (see below)
 
     @staticmethod
     def _check_heads(heads):
@@ -653,7 +654,14 @@ class HeadEnsemble(nn.Module):
         return _PairPlan(uniq.contiguous(), inv, rows, rows_t, torch.unique(pairs), U, [])
 
     def _vmap_forward(self, x, counts=None, *, last=False):
-        """The generic path: the template's own forward on the stacked parameters."""
+        """The generic path: the template's own forward on the stacked parameters.
+
+        Vectorised over the members; a forward that branches on a value it computes
+        (:func:`~minip_learn.nn.ops.token_scores` tests the shifted product of many
+        log-features for underflow on the host), which :func:`torch.func.vmap` cannot
+        trace, runs the members one after the other instead, from then on: the same
+        forward of every member on its own slice of the stack.
+        """
         template = self.template
         template.train(self.training)
         shared, stacked = self._buffer_dicts()
@@ -664,7 +672,17 @@ class HeadEnsemble(nn.Module):
             out = functional_call(template, (p, b, shared), (xx,), kwargs)
             return last_output(template, out, last)
 
-        return vmap(one, in_dims=(0, 0, None))(params, stacked, x)
+        if not self._one_by_one:
+            try:
+                return vmap(one, in_dims=(0, 0, None))(params, stacked, x)
+            except RuntimeError as err:
+                if "data-dependent control flow" not in str(err):
+                    raise
+                self._one_by_one = True
+        return torch.stack([
+            one({k: v[e] for k, v in params.items()},
+                {k: v[e] for k, v in stacked.items()}, x)
+            for e in range(self.n_members)])
 
     # -- the fused path ------------------------------------------------------------------
     def _token_maps(self, x, tokens, key):

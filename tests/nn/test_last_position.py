@@ -128,3 +128,28 @@ def test_a_stack_of_mixers_computes_each_members_last_position(name):
     out = HeadEnsemble(mixers)(x, last=True)
     for i, mixer in enumerate(mixers):
         torch.testing.assert_close(out[i], mixer(x)[:, -1:], rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["kernel", "retnet"])
+def test_a_stack_of_log_domain_mixers_that_read_the_host_equals_its_members(
+        monkeypatch, name):
+    # token_scores tests the shifted product of many log-features for underflow on the
+    # host, which vmap cannot trace: the stack runs such members one after the other
+    monkeypatch.setattr(ops.tokens, "EXACT_LOG_TERMS", 0)
+    kwargs = get_mixer(name).data_kwargs(np.zeros((1, 40, 5)))
+    mixers = [_perturbed(lambda: make_mixer(name, 5, 3, feature_map="exp", **kwargs),
+                         seed=i) for i in range(2)]
+    # four distinct tokens, so the mixers attend on the distinct tokens
+    two = _tokens(40)[:, :, :2]
+    x = torch.cat([two, two, two[:, :, :1]], dim=-1)
+    stack = HeadEnsemble(mixers)
+    assert stack.path == "generic"
+    out = stack(x, last=True)
+    out.sin().sum().backward()
+    for i, mixer in enumerate(mixers):
+        own = mixer(x)[:, -1:]
+        torch.testing.assert_close(out[i], own, rtol=1e-9, atol=1e-10)
+        own.sin().sum().backward()
+        for p, g in zip(mixer.parameters(), stack.stack, strict=True):
+            torch.testing.assert_close(g.grad[i], p.grad, rtol=1e-9, atol=1e-10)
+    assert stack._one_by_one  # vmap met the host-reading branch
