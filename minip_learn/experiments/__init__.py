@@ -80,7 +80,7 @@ DOCS_ARTIFACTS = {
     "beyond": dict(experiment="beyond", quick=True, folder="extended/beyond", minutes=1),
     "maps": dict(experiment="maps", quick=True, folder="extended/maps", minutes=1.5),
     "mixers": dict(experiment="mixers", quick=False, folder="extended/mixers",
-                   minutes=170, ensemble=True),
+                   minutes=250, ensemble=True),
     # before "scaling": the scaling figure draws the exact curve from exact/summary.csv
     "exact": dict(experiment="exact", quick=False, folder="exact", minutes=35),
     "scaling-quick": dict(experiment="scaling", quick=True, folder="scaling/quick",
