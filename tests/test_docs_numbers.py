@@ -240,6 +240,11 @@ def _whole_family_records():
                  for path in WHOLE_FAMILY.glob("mixers-exact-m12-[a-z]*/fit-*.json"))
 
 
+def _causal_words():
+    # the causal page with its line breaks and indents as single spaces
+    return " ".join((ROOT / "docs" / "causal.rst").read_text().split())
+
+
 def test_mixers_table_whole_family_rows_equal_the_run_folder():
     # the table's rows of the whole family were written from every one of its fits in
     # the committed run folder: 8 mixers x 5 states x 3 seeds, and per mixer the seeds
@@ -256,19 +261,25 @@ def test_mixers_table_whole_family_rows_equal_the_run_folder():
         assert sorted(by) == [40, 79, 80, 160, 320]
         assert table["exact-m12", mixer]["solved per state (k/n)"] == " ".join(
             f"{s}:{sum(v)}/{len(v)}" for s, v in sorted(by.items())), mixer
-    page = " ".join((ROOT / "docs" / "causal.rst").read_text().split())
-    assert "The table shows the six families" in page
+    assert "The table shows the six families" in _causal_words()
+
+
+def _record_value(record, field):
+    """A field of a whole-family fit record as the page gives it: ``"right"`` and
+    ``"wrong"`` count sequences of the family's 12,720, errors to two decimals."""
+    if field in ("right", "wrong"):
+        right = round(record["exact_match"] * WHOLE_FAMILY_SIZE)
+        return right if field == "right" else WHOLE_FAMILY_SIZE - right
+    if field == "max_abs_error":
+        return round(record[field], 2)
+    return record[field]
 
 
 def _per_seed(mixer, state, field):
     rows = sorted((r for r in _whole_family_records()
                    if (r["mixer"], r["state_size"]) == (mixer, state)),
                   key=lambda r: r["seed"])
-    if field == "wrong":  # sequences not solved of the family's 12,720
-        return tuple(round((1 - r["exact_match"]) * WHOLE_FAMILY_SIZE) for r in rows)
-    if field == "max_abs_error":
-        return tuple(round(r[field], 2) for r in rows)
-    return tuple(r[field] for r in rows)
+    return tuple(_record_value(r, field) for r in rows)
 
 
 #: the causal page's prose on the whole family's fits: (words on the page, mixer, state,
@@ -326,7 +337,7 @@ WHOLE_FAMILY_FINDINGS = [
 @pytest.mark.parametrize("words, mixer, state, field, values", WHOLE_FAMILY_FINDINGS)
 def test_causal_page_whole_family_findings_equal_the_fit_records(words, mixer, state,
                                                                    field, values):
-    page = " ".join((ROOT / "docs" / "causal.rst").read_text().split())
+    page = _causal_words()
     assert " ".join(words.split()) in page, words
     assert _per_seed(mixer, state, field) == values, (mixer, state, field)
 
@@ -349,12 +360,10 @@ WHOLE_FAMILY_RANGES = [
 
 @pytest.mark.parametrize("words, mixer, field, bounds", WHOLE_FAMILY_RANGES)
 def test_causal_page_whole_family_ranges_equal_the_fit_records(words, mixer, field, bounds):
-    page = " ".join((ROOT / "docs" / "causal.rst").read_text().split())
+    page = _causal_words()
     assert " ".join(words.split()) in page, words
-    count = {"right": lambda r: round(r["exact_match"] * WHOLE_FAMILY_SIZE),
-             "wrong": lambda r: round((1 - r["exact_match"]) * WHOLE_FAMILY_SIZE)}
-    values = [count[field](r) if field in count else round(r[field], 2)
-              for r in _whole_family_records() if r["mixer"] == mixer]
+    values = [_record_value(r, field) for r in _whole_family_records()
+              if r["mixer"] == mixer]
     assert len(values) == 15
     assert (min(values), max(values)) == bounds, (mixer, field)
 
@@ -372,16 +381,19 @@ WHOLE_FAMILY_STACK_EPOCHS = [
 def test_causal_page_whole_family_stack_epochs_equal_the_fit_records(words, mixer, state,
                                                                       seconds):
     # a stack's records share its wall time out equally over its members as fit_time
-    page = " ".join((ROOT / "docs" / "causal.rst").read_text().split())
+    page = _causal_words()
     assert " ".join(words.split()) in page, words
     rows = [r for r in _whole_family_records()
             if (r["mixer"], r["state_size"]) == (mixer, state)]
     assert len(rows) == 3 and len({r["fit_time"] for r in rows}) == 1
     assert {r["n_epochs"] for r in rows} == {1500}
     assert round(3 * rows[0]["fit_time"] / 1500, 1) == seconds
+
+
+def test_causal_page_whole_family_cpu_hours_equal_the_fit_records():
     # "its 120 fits took 7.0 CPU-hours in all"
     hours = sum(r["fit_cpu_time"] for r in _whole_family_records()) / 3600
-    assert f"took {hours:.1f} CPU-hours" in page
+    assert f"took {hours:.1f} CPU-hours" in _causal_words()
 
 #: the theory page's r*(m) prose: (words on the page, m, summary.csv column, value)
 FULL_TASK_FINDINGS = [
